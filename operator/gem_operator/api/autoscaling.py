@@ -1,0 +1,119 @@
+"""The autoscaling block shared by RankingService and SolarisPrecompute.
+
+The defaults follow the HorizontalPodAutoscaler so that people who know HPA get no surprises:
+10 % tolerance, 0 s up / 300 s down stabilisation, scale up by max(+100 %, +4 pods) per 15 s.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import ConfigDict, Field, JsonValue, model_validator
+
+from gem_operator.api.common import ApiModel
+
+# CEL rule placed on the CRD so the API server rejects the same thing at apply time.
+MIN_LE_MAX_RULE: dict[str, JsonValue] = {
+    "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+    "message": "minReplicas must be <= maxReplicas",
+}
+
+DEFAULT_SM_QUERY = 'avg by (namespace, pod) (DCGM_FI_PROF_SM_ACTIVE{namespace="$namespace", pod=~"$pods"})'
+
+
+class Tolerance(ApiModel):
+    """No action while |metric/target - 1| is inside the band, per direction."""
+
+    up: float = Field(default=0.1, ge=0, le=1, description="Relative band before scaling up.")
+    down: float = Field(default=0.1, ge=0, le=1, description="Relative band before scaling down.")
+
+
+class Stabilization(ApiModel):
+    """Windows over which the safest recommendation wins (HPA semantics)."""
+
+    up: int = Field(default=0, ge=0, le=3600, description="Seconds; the lowest recommendation wins.")
+    down: int = Field(default=300, ge=0, le=3600, description="Seconds; the highest recommendation wins.")
+
+
+class RatePolicy(ApiModel):
+    """At most `pods` or `percent` change per `periodSeconds` (the larger of the two applies)."""
+
+    pods: int | None = Field(default=None, ge=1, le=10000, description="Absolute pods per period.")
+    percent: int | None = Field(default=None, ge=1, le=1000, description="Percent of current per period.")
+    period_seconds: int = Field(default=15, ge=1, le=1800, description="Length of the period.")
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> Self:
+        if self.pods is None and self.percent is None:
+            raise ValueError("set pods or percent (or both)")
+        return self
+
+
+class ScalingPolicies(ApiModel):
+    """Rate limits per direction."""
+
+    scale_up: list[RatePolicy] = Field(
+        default_factory=lambda: [
+            RatePolicy(percent=100, period_seconds=15),
+            RatePolicy(pods=4, period_seconds=15),
+        ],
+        max_length=8,
+        description="Scale-up limits; the most permissive applies (default +100 % or +4 pods / 15 s).",
+    )
+    scale_down: list[RatePolicy] = Field(
+        default_factory=lambda: [RatePolicy(percent=100, period_seconds=15)],
+        max_length=8,
+        description="Scale-down limits; the most permissive applies (default -100 % / 15 s).",
+    )
+
+
+class PrometheusSource(ApiModel):
+    """Where SM utilisation is read: the Prometheus HTTP API (/api/v1/query)."""
+
+    url: str = Field(
+        default="http://prometheus-operated.monitoring:9090",
+        pattern=r"^https?://.+",
+        description="Base URL of Prometheus.",
+    )
+    query: str = Field(
+        default=DEFAULT_SM_QUERY,
+        min_length=1,
+        description="PromQL returning SM active (0-1) per pod; $namespace and $pods are substituted.",
+    )
+
+
+class MetricsSpec(ApiModel):
+    """Metric sources and freshness."""
+
+    prometheus: PrometheusSource = Field(default_factory=PrometheusSource, description="Prometheus source.")
+    stale_after_seconds: int = Field(
+        default=60, ge=5, le=3600, description="Older samples count as missing: hold, never scale down."
+    )
+
+
+class AutoscalingSpec(ApiModel):
+    """Built-in SM-utilisation autoscaler. Disable it to drive replicas through the scale subresource."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [MIN_LE_MAX_RULE]})
+
+    enabled: bool = Field(default=True, description="False hands replicas to spec.replicas (HPA/KEDA).")
+    min_replicas: int = Field(default=1, ge=0, le=10000, description="Lower bound on replicas.")
+    max_replicas: int = Field(default=10, ge=1, le=10000, description="Upper bound on replicas.")
+    target_sm_active: float = Field(
+        default=0.6, gt=0, le=1, description="Target DCGM_FI_PROF_SM_ACTIVE per pod (fraction 0-1)."
+    )
+    tolerance: Tolerance = Field(default_factory=Tolerance, description="No-action band per direction.")
+    stabilization_seconds: Stabilization = Field(
+        default_factory=Stabilization, description="Stabilisation windows per direction."
+    )
+    policies: ScalingPolicies = Field(default_factory=ScalingPolicies, description="Rate limits.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Where the signal comes from.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas}); "
+                "lower minReplicas or raise maxReplicas"
+            )
+        return self

@@ -1,0 +1,195 @@
+"""Types shared by the three kinds: base model config, conditions, resources, model sources.
+
+Every field is camelCase on the wire (Kubernetes convention) and snake_case in Python. Models
+forbid unknown fields so that a typo in a manifest becomes an error that names the field instead
+of a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "gem.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Kubernetes quantities, e.g. "8", "500m", "64Gi".
+QUANTITY_PATTERN = r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
+# Names of children are "<cr>-<role>-<index>", and Service names must be DNS-1035 labels.
+CR_NAME_MAX = 40
+
+
+class ApiModel(BaseModel):
+    """Base for spec and status models: camelCase aliases, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_default=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as it appears in the API: camelCase keys, no unset optionals."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-style condition (metav1.Condition)."""
+
+    type: str = Field(description="Condition type, e.g. Ready, Placed, ScalingActive.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason for the last transition.", pattern=r"^[A-Za-z]\w*$")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str = Field(description="RFC 3339 time of the last status change.")
+    observed_generation: int | None = Field(default=None, ge=0, description="Generation this is about.")
+
+
+def set_condition(
+    conditions: list[Condition],
+    *,
+    type: str,
+    status: ConditionStatus | str,
+    reason: str,
+    message: str,
+    now: datetime,
+    observed_generation: int | None = None,
+) -> list[Condition]:
+    """Return conditions with one type set, keeping lastTransitionTime unless the status flips.
+
+    A pure function (time is passed in) so reconcilers stay deterministic and testable.
+    """
+    status = ConditionStatus(status)
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out: list[Condition] = []
+    found = False
+    for cond in conditions:
+        if cond.type != type:
+            out.append(cond)
+            continue
+        found = True
+        changed = cond.status != status
+        out.append(
+            Condition(
+                type=type,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=stamp if changed else cond.last_transition_time,
+                observed_generation=observed_generation,
+            )
+        )
+    if not found:
+        out.append(
+            Condition(
+                type=type,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=stamp,
+                observed_generation=observed_generation,
+            )
+        )
+    return out
+
+
+class ResourceList(ApiModel):
+    """Per-container requests or limits. GPUs are counted separately (see gpusPerNode/gpus)."""
+
+    model_config = ConfigDict(alias_generator=None, populate_by_name=True, extra="forbid")
+
+    cpu: Quantity | None = Field(default=None, description='CPU, e.g. "8" or "500m".')
+    memory: Quantity | None = Field(default=None, description='Memory, e.g. "64Gi".')
+    ephemeral_storage: Quantity | None = Field(
+        default=None, alias="ephemeral-storage", description='Scratch disk, e.g. "100Gi".'
+    )
+
+
+class Resources(ApiModel):
+    """CPU and memory for the main container; GPUs are set by the kind's own GPU field."""
+
+    requests: ResourceList = Field(default_factory=ResourceList, description="Guaranteed resources.")
+    limits: ResourceList = Field(default_factory=ResourceList, description="Upper bounds.")
+
+
+class EnvVar(ApiModel):
+    """A literal environment variable for the main container (use secretRefs for credentials)."""
+
+    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name.")
+    value: str = Field(default="", description="Literal value.")
+
+
+class SecretRef(ApiModel):
+    """A Secret in the same namespace; the operator mounts it, it never copies its data."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        max_length=253,
+        description="Name of a Secret in the resource's namespace.",
+    )
+
+
+class Workload(ApiModel):
+    """The container the operator runs: image, resources, extra env and args."""
+
+    image: str = Field(
+        default="ghcr.io/gem-dev/gem-workloads:0.1.0",
+        min_length=1,
+        description="Container image with gem_workloads installed.",
+    )
+    image_pull_policy: str = Field(
+        default="IfNotPresent",
+        description="Always, IfNotPresent or Never.",
+        json_schema_extra={"enum": ["Always", "IfNotPresent", "Never"]},
+    )
+    resources: Resources = Field(default_factory=Resources, description="CPU and memory (not GPUs).")
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra literal env vars.")
+    args: list[str] = Field(default_factory=list, max_length=64, description="Extra arguments.")
+    service_account_name: str | None = Field(default=None, description="ServiceAccount for the pods.")
+
+    @field_validator("image_pull_policy")
+    @classmethod
+    def _pull_policy(cls, value: str) -> str:
+        if value not in {"Always", "IfNotPresent", "Never"}:
+            raise ValueError(f"must be Always, IfNotPresent or Never, not {value!r}")
+        return value
+
+
+class LoaderSettings(ApiModel):
+    """How the model loader fetches the model (multi-stream ranged GETs, node and peer caches)."""
+
+    streams: int = Field(default=16, ge=1, le=256, description="Concurrent download streams.")
+    part_size_mi_b: int = Field(
+        default=32, ge=8, le=64, alias="partSizeMiB", description="Ranged-GET part size in MiB (8-64)."
+    )
+    node_cache: bool = Field(default=True, description="Use the node-local content-addressed cache.")
+    peer_cache: bool = Field(default=True, description="Fetch from peers that hold the model first.")
+
+
+class ModelSource(ApiModel):
+    """Where the model comes from. Credentials only through a Secret reference, never inline."""
+
+    uri: str = Field(
+        pattern=r"^(s3|gs|https?|file)://.+|^/.+",
+        description="Origin of the model: s3://, gs://, http(s)://, file:// or an absolute path.",
+    )
+    manifest_uri: str | None = Field(default=None, description="SHA-256 manifest (default: <uri>/manifest.json).")
+    credentials_secret_ref: SecretRef | None = Field(
+        default=None, description="Secret with object-store credentials (AWS_* or GOOGLE_* keys)."
+    )
+    loader: LoaderSettings = Field(default_factory=LoaderSettings, description="Loader tuning.")

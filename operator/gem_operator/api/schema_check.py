@@ -1,0 +1,108 @@
+"""Offline validation of manifests against the generated CRDs, as an API server would do it.
+
+Order follows the API server: apply structural defaults, check the OpenAPI schema, then evaluate
+the CEL `x-kubernetes-validations` rules; then the operator's own semantic checks. `gemop validate`
+uses it so that a GitOps pipeline can reject a bad manifest before it reaches a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import celpy
+from celpy.adapter import json_to_cel
+from openapi_schema_validator import OAS30Validator
+
+from gem_operator.api.crd import build_crd
+from gem_operator.api.kinds import KindInfo, kind_info
+from gem_operator.api.validation import InvalidSpec, parse_spec
+
+
+def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
+    """Fill in `default`s the way the API server does (objects recursively, list items too)."""
+    if isinstance(value, dict) and schema.get("type") == "object":
+        out = dict(value)
+        for name, sub in schema.get("properties", {}).items():
+            if name not in out and "default" in sub:
+                out[name] = copy.deepcopy(sub["default"])
+            if name in out:
+                out[name] = apply_defaults(sub, out[name])
+        return out
+    if isinstance(value, list) and "items" in schema:
+        return [apply_defaults(schema["items"], item) for item in value]
+    return value
+
+
+def _path(parts: Iterator[Any] | list[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _cel_nodes(
+    schema: Mapping[str, Any], value: Any, path: list[Any]
+) -> Iterator[tuple[list[Any], dict[str, Any], Any]]:
+    for rule in schema.get("x-kubernetes-validations", []):
+        yield path, rule, value
+    if isinstance(value, dict):
+        for name, sub in schema.get("properties", {}).items():
+            if name in value:
+                yield from _cel_nodes(sub, value[name], [*path, name])
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            yield from _cel_nodes(schema["items"], item, [*path, i])
+
+
+def _unknown_fields(schema: Mapping[str, Any], value: Any, path: list[Any]) -> Iterator[str]:
+    """Fields the schema does not know, as kubectl's strict field validation reports them."""
+    if isinstance(value, dict) and "properties" in schema:
+        for name, sub in value.items():
+            if name not in schema["properties"]:
+                yield f"{_path([*path, name])}: unknown field; remove it or check its spelling"
+            else:
+                yield from _unknown_fields(schema["properties"][name], sub, [*path, name])
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            yield from _unknown_fields(schema["items"], item, [*path, i])
+
+
+def _cel_holds(rule: str, value: Any) -> bool:
+    env = celpy.Environment()
+    program = env.program(env.compile(rule))
+    return bool(program.evaluate({"self": json_to_cel(value)}))
+
+
+def schema_errors(info: KindInfo, obj: Mapping[str, Any]) -> list[str]:
+    """What an API server with our CRD installed would say about this object."""
+    schema = build_crd(info)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    value = apply_defaults(schema, dict(obj))
+    errors = list(_unknown_fields(schema, value, []))
+    errors += [
+        f"{_path(list(err.absolute_path))}: {err.message}"
+        for err in sorted(OAS30Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    ]
+    if errors:
+        return errors
+    for path, rule, node in _cel_nodes(schema, value, []):
+        if not _cel_holds(rule["rule"], node):
+            errors.append(f"{_path(path)}: {rule.get('message', rule['rule'])}")
+    return errors
+
+
+def validate_manifest(obj: Mapping[str, Any]) -> list[str]:
+    """Schema errors first (what `kubectl apply` would show), then the operator's semantic ones."""
+    try:
+        info = kind_info(str(obj.get("kind", "")))
+    except KeyError as exc:
+        return [f"kind: {exc.args[0]}"]
+    errors = schema_errors(info, obj)
+    if errors:
+        return errors
+    try:
+        parse_spec(info, obj)
+    except InvalidSpec as exc:
+        return exc.problems
+    return []

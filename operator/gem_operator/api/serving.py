@@ -1,0 +1,163 @@
+"""RankingService and SolarisPrecompute: GPU pools that load a model and scale on SM utilisation.
+
+Both share the replica/GPU/model/autoscaling surface (ReplicaPoolSpec) and a scale subresource, so
+people who prefer HPA or KEDA can turn the built-in autoscaler off and drive spec.replicas.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import ConfigDict, Field, model_validator
+
+from gem_operator.api.autoscaling import MIN_LE_MAX_RULE, AutoscalingSpec
+from gem_operator.api.common import ApiModel, Condition, ModelSource, Workload
+
+
+class ReplicaPoolSpec(ApiModel):
+    """Fields every replica pool has."""
+
+    replicas: int = Field(default=1, ge=0, le=10000, description="Replicas when the built-in autoscaler is disabled.")
+    gpus_per_replica: int = Field(default=1, ge=0, le=16, description="nvidia.com/gpu per pod.")
+    model: ModelSource = Field(description="The model every replica loads before it is Ready.")
+    workload: Workload = Field(default_factory=Workload, description="Image, resources, env.")
+
+
+class SloSpec(ApiModel):
+    """Latency objective; SolarisPrecompute yields GPUs while it is violated."""
+
+    p99_latency_ms: float = Field(default=50.0, gt=0, le=600_000, description="Target p99 latency (ms).")
+
+
+class RankingServiceSpec(ReplicaPoolSpec):
+    """Desired state of a RankingService."""
+
+    port: int = Field(default=8080, ge=1024, le=65535, description="HTTP port of the ranking server.")
+    max_batch_size: int = Field(default=64, ge=1, le=4096, description="Requests per dynamic batch.")
+    max_candidates: int = Field(default=2048, ge=1, le=100_000, description="Candidates per request.")
+    slo: SloSpec = Field(default_factory=SloSpec, description="Latency objective.")
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="SM-utilisation scaling.")
+    precompute_ref: str | None = Field(
+        default=None, description="SolarisPrecompute whose embeddings the ranker looks up."
+    )
+
+
+class EmbeddingStore(ApiModel):
+    """Where precomputed user-ad embeddings go (Redis)."""
+
+    url: str = Field(pattern=r"^rediss?://.+", description="redis:// or rediss:// URL.")
+    ttl_seconds: int = Field(default=3600, ge=1, le=604_800, description="Lifetime of an embedding.")
+    key_prefix: str = Field(default="gem:emb", min_length=1, max_length=64, description="Key namespace.")
+    credentials_secret_ref: str | None = Field(default=None, description="Secret with the Redis password.")
+
+
+class CandidateSource(ApiModel):
+    """The Redis stream where the ranking tier publishes upcoming candidate sets."""
+
+    url: str = Field(pattern=r"^rediss?://.+", description="redis:// URL of the stream's server.")
+    stream: str = Field(default="gem:candidates", min_length=1, description="Stream key.")
+    consumer_group: str = Field(default="solaris", min_length=1, description="Consumer group of the workers.")
+
+
+FallbackTier = Literal["exact", "userAdGroupAggregate", "similarUser"]
+FALLBACK_TIERS: tuple[FallbackTier, ...] = ("exact", "userAdGroupAggregate", "similarUser")
+
+
+class FallbackSpec(ApiModel):
+    """The read path degrades, never drops: tiers tried in order when an exact embedding is missing."""
+
+    tiers: list[FallbackTier] = Field(
+        default_factory=lambda: list(FALLBACK_TIERS),
+        min_length=1,
+        max_length=3,
+        description="Order of lookups.",
+    )
+    aggregate_window: int = Field(default=20, ge=1, le=10_000, description="Recent embeddings averaged.")
+
+    @model_validator(mode="after")
+    def _exact_first(self) -> Self:
+        if self.tiers[0] != "exact":
+            raise ValueError(f"tiers must start with 'exact', got {self.tiers}; put exact first")
+        if len(set(self.tiers)) != len(self.tiers):
+            raise ValueError(f"tiers must not repeat, got {self.tiers}")
+        return self
+
+
+class PrecomputeAutoscalingSpec(AutoscalingSpec):
+    """SM utilisation plus backlog and deadline; scale to zero when idle; yield to a ranker."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [MIN_LE_MAX_RULE]})
+
+    min_replicas: int = Field(default=0, ge=0, le=10000, description="Lower bound (0 allows scale to zero).")
+    backlog_target_per_replica: int = Field(
+        default=1000, ge=1, le=10_000_000, description="Queued candidate sets one replica should hold."
+    )
+    deadline_seconds: int = Field(
+        default=60, ge=1, le=86_400, description="Oldest queued item must be done within this."
+    )
+    idle_seconds_before_zero: int = Field(
+        default=600, ge=0, le=86_400, description="Empty backlog this long scales to minReplicas (0 = zero)."
+    )
+    yield_to: str | None = Field(
+        default=None, description="RankingService whose SLO takes priority: yield GPUs when it is violated."
+    )
+
+
+class SolarisPrecomputeSpec(ReplicaPoolSpec):
+    """Desired state of a SolarisPrecompute."""
+
+    store: EmbeddingStore = Field(description="Embedding store.")
+    source: CandidateSource = Field(description="Where candidate sets arrive.")
+    fallback: FallbackSpec = Field(default_factory=FallbackSpec, description="Read-path degradation.")
+    batch_size: int = Field(default=256, ge=1, le=65536, description="Pairs per embedding batch.")
+    autoscaling: PrecomputeAutoscalingSpec = Field(
+        default_factory=PrecomputeAutoscalingSpec, description="Scaling on SM utilisation and backlog."
+    )
+
+
+class MetricSample(ApiModel):
+    """The last value the autoscaler read."""
+
+    value: float = Field(description="Metric value.")
+    timestamp: str = Field(description="RFC 3339 time of the sample.")
+
+
+class PoolStatus(ApiModel):
+    """Observed state of a replica pool (shared by both kinds)."""
+
+    observed_generation: int | None = Field(default=None, description="Generation last reconciled.")
+    phase: str | None = Field(default=None, description="Pending, Progressing, Ready, Invalid, ...")
+    conditions: list[Condition] = Field(default_factory=list, description="Kubernetes-style conditions.")
+    replicas: int | None = Field(default=None, description="Pods of the child workload.")
+    ready_replicas: int | None = Field(default=None, description="Ready pods with the model loaded.")
+    desired_replicas: int | None = Field(default=None, description="What the operator asks for now.")
+    selector: str | None = Field(default=None, description="Label selector of the pods (scale subresource).")
+    model_load_seconds: float | None = Field(default=None, description="Last model load time.")
+    last_metric: MetricSample | None = Field(default=None, description="Last metric sample.")
+    last_scale_time: str | None = Field(default=None, description="When replicas last changed.")
+    last_scale_reason: str | None = Field(default=None, description="Why they changed.")
+
+
+class RankingServiceStatus(PoolStatus):
+    """Observed state of a RankingService."""
+
+
+class SolarisPrecomputeStatus(PoolStatus):
+    """Observed state of a SolarisPrecompute."""
+
+    backlog: int | None = Field(default=None, description="Queued candidate sets.")
+
+
+__all__ = [
+    "CandidateSource",
+    "EmbeddingStore",
+    "FallbackSpec",
+    "PoolStatus",
+    "PrecomputeAutoscalingSpec",
+    "RankingServiceSpec",
+    "RankingServiceStatus",
+    "ReplicaPoolSpec",
+    "SloSpec",
+    "SolarisPrecomputeSpec",
+    "SolarisPrecomputeStatus",
+]

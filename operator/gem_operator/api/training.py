@@ -1,0 +1,242 @@
+"""GEMTraining: a gang of GPU pods for 5D-parallel training of a GEM-style model.
+
+The mesh follows torchtitan's order, outer to inner: pp, dp_replicate, dp_shard, cp, tp. Expert
+parallelism is folded into dp_shard x cp (ep must divide it), so it adds no dimension and no GPUs.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal, Self
+
+from pydantic import ConfigDict, Field, model_validator
+
+from gem_operator.api.common import ApiModel, Condition, Workload
+
+MESH_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+
+
+class Parallelism(ApiModel):
+    """Degrees of the 5D mesh; world size is their product."""
+
+    pp: int = Field(default=1, ge=1, le=1024, description="Pipeline stages.")
+    dp_replicate: int = Field(default=1, ge=1, le=65536, description="Data-parallel replicas (DDP/HSDP).")
+    dp_shard: int = Field(default=1, ge=1, le=65536, description="Data-parallel shards (FSDP).")
+    cp: int = Field(default=1, ge=1, le=1024, description="Context (sequence) parallelism.")
+    tp: int = Field(default=1, ge=1, le=64, description="Tensor parallelism; never leaves a host.")
+    ep: int = Field(default=1, ge=1, le=65536, description="Expert parallelism, folded into dpShard x cp.")
+    world_size: int | None = Field(
+        default=None, ge=1, le=1048576, description="Optional check: must equal pp*dpReplicate*dpShard*cp*tp."
+    )
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """Mesh shape in MESH_DIMS order."""
+        return (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp)
+
+    @property
+    def product(self) -> int:
+        return self.pp * self.dp_replicate * self.dp_shard * self.cp * self.tp
+
+    def mesh_shape_env(self) -> str:
+        """The GEM_MESH_SHAPE value (docs/contracts.md)."""
+        return ",".join(f"{name}={size}" for name, size in zip(MESH_DIMS, self.shape, strict=True))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.world_size is not None and self.world_size != self.product:
+            raise ValueError(
+                f"worldSize is {self.world_size} but pp*dpReplicate*dpShard*cp*tp = {self.product}; "
+                "fix a degree or drop worldSize"
+            )
+        if (self.dp_shard * self.cp) % self.ep != 0:
+            raise ValueError(
+                f"ep ({self.ep}) must divide dpShard*cp ({self.dp_shard * self.cp}): experts are "
+                "sharded over the data-shard and context ranks; choose an ep that divides it"
+            )
+        return self
+
+
+class TopologyTier(ApiModel):
+    """One topology tier: a name and the node label whose value names the domain."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$", description="Tier name used by placement rules.")
+    label: str = Field(min_length=1, max_length=316, description="Node label key, e.g. nvidia.com/gpu.clique.")
+
+
+DEFAULT_TIERS: tuple[tuple[str, str], ...] = (
+    ("host", "kubernetes.io/hostname"),
+    ("nvlink", "nvidia.com/gpu.clique"),
+    ("rack", "gem.dev/rack"),
+    ("block", "gem.dev/block"),
+    ("zone", "topology.kubernetes.io/zone"),
+)
+
+
+class PlacementMode(StrEnum):
+    REQUIRED = "Required"
+    PREFERRED = "Preferred"
+
+
+class DimensionPlacement(ApiModel):
+    """Keep every group of one parallel dimension inside one domain of a tier."""
+
+    dimension: Literal["tp", "cp", "ep", "pp", "dpShard", "dpReplicate", "embedding"] = Field(
+        description="Parallel dimension whose groups are constrained."
+    )
+    tier: str = Field(description="Tier name from topology.tiers.")
+    mode: PlacementMode = Field(default=PlacementMode.PREFERRED, description="Required or Preferred.")
+
+
+class TopologySpec(ApiModel):
+    """Ordered topology tiers, tightest first, and per-dimension placement rules."""
+
+    tiers: list[TopologyTier] = Field(
+        default_factory=lambda: [TopologyTier(name=n, label=lbl) for n, lbl in DEFAULT_TIERS],
+        min_length=1,
+        max_length=8,
+        description="Tiers from tightest (host) to widest (zone).",
+    )
+    placement: list[DimensionPlacement] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Per-dimension rules; the planner's defaults otherwise.",
+    )
+
+    @model_validator(mode="after")
+    def _known_tiers(self) -> Self:
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tier names must be unique, got {names}")
+        labels = [t.label for t in self.tiers]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"tier labels must be unique, got {labels}")
+        for i, rule in enumerate(self.placement):
+            if rule.tier not in names:
+                raise ValueError(
+                    f"placement[{i}].tier {rule.tier!r} is not a tier; use one of {names} or add it to topology.tiers"
+                )
+        return self
+
+
+class CheckpointSpec(ApiModel):
+    """Where checkpoints are written and how often."""
+
+    uri: str = Field(
+        pattern=r"^(s3|gs|https?|file)://.+|^/.+",
+        description="s3://, gs://, file:// or an absolute path on a shared volume.",
+    )
+    interval_steps: int = Field(default=500, ge=1, le=10_000_000, description="Steps between checkpoints.")
+
+
+class FailureScope(StrEnum):
+    GANG = "Gang"
+    REPLICA_GROUP = "ReplicaGroup"
+
+
+class FailurePolicy(ApiModel):
+    """What happens when a pod or node fails."""
+
+    max_restarts: int = Field(default=3, ge=0, le=1000, description="Restarts before the job fails.")
+    backoff_seconds: int = Field(
+        default=30, ge=0, le=3600, description="First backoff; doubles per restart (capped at 1 h)."
+    )
+    scope: FailureScope = Field(
+        default=FailureScope.GANG, description="Gang restarts all pods; ReplicaGroup only the failed replica."
+    )
+
+
+class TrainingJob(ApiModel):
+    """What the pods train (passed to python -m gem_workloads.training)."""
+
+    preset: str = Field(default="tiny", pattern=r"^[a-z0-9-]+$", description="Model preset name.")
+    data: Literal["synthetic", "movielens"] = Field(default="synthetic", description="Dataset.")
+    steps: int = Field(default=1000, ge=1, le=100_000_000, description="Training steps.")
+
+
+class GEMTrainingSpec(ApiModel):
+    """Desired state of a GEMTraining."""
+
+    parallelism: Parallelism = Field(default_factory=Parallelism, description="5D mesh degrees.")
+    gpus_per_node: int = Field(default=8, ge=1, le=16, description="GPUs per host; one pod takes all of them.")
+    topology: TopologySpec = Field(default_factory=TopologySpec, description="Tiers and placement rules.")
+    embedding_sharding_group: int | None = Field(
+        default=None, ge=1, description="Ranks per TorchRec sharding group (default: one NVLink domain)."
+    )
+    checkpoint: CheckpointSpec = Field(description="Checkpoint location and interval.")
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Restart behaviour.")
+    suspend: bool = Field(default=False, description="True holds or removes the gang (Kueue admission).")
+    training: TrainingJob = Field(default_factory=TrainingJob, description="What to train.")
+    workload: Workload = Field(default_factory=Workload, description="Image, resources, env.")
+    rendezvous_port: int = Field(default=29500, ge=1024, le=65535, description="MASTER_PORT.")
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.parallelism.tp <= self.gpusPerNode",
+                    "message": "parallelism.tp must be <= gpusPerNode: a tensor-parallel group never leaves a host",
+                }
+            ]
+        }
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.parallelism.product
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Processes per pod: all GPUs of a host, or the whole world when it fits on one host."""
+        return min(self.gpus_per_node, self.world_size)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.world_size // self.nproc_per_node
+
+    @model_validator(mode="after")
+    def _fits_hosts(self) -> Self:
+        par = self.parallelism
+        if par.tp > self.gpus_per_node or self.gpus_per_node % par.tp != 0:
+            raise ValueError(
+                f"parallelism.tp ({par.tp}) must divide gpusPerNode ({self.gpus_per_node}): a tensor-parallel "
+                "group never leaves a host; lower tp or raise gpusPerNode"
+            )
+        world = par.product
+        if world > self.gpus_per_node and world % self.gpus_per_node != 0:
+            raise ValueError(
+                f"world size {world} (pp*dpReplicate*dpShard*cp*tp) is not a multiple of gpusPerNode "
+                f"({self.gpus_per_node}): one pod takes all GPUs of a host; change a degree so it is"
+            )
+        if self.embedding_sharding_group is not None and world % self.embedding_sharding_group != 0:
+            raise ValueError(
+                f"embeddingShardingGroup ({self.embedding_sharding_group}) must divide the world size "
+                f"({world}); pick a divisor such as {self.nproc_per_node}"
+            )
+        return self
+
+
+class PlacementSummary(ApiModel):
+    """What the planner chose, in brief (the full rank map is in the job's ConfigMap)."""
+
+    planner: str = Field(description="Which planner placed the gang.")
+    nodes: list[str] = Field(default_factory=list, description="Hosts by node rank (empty until bound).")
+    score: float | None = Field(default=None, description="Communication-cost score (lower is better).")
+    cross_tier_bytes: dict[str, float] = Field(
+        default_factory=dict, description="Estimated bytes per step crossing each tier."
+    )
+
+
+class GEMTrainingStatus(ApiModel):
+    """Observed state of a GEMTraining."""
+
+    observed_generation: int | None = Field(default=None, description="Generation last reconciled.")
+    phase: str | None = Field(default=None, description="Pending, Running, Restarting, Succeeded, Failed, ...")
+    conditions: list[Condition] = Field(default_factory=list, description="Kubernetes-style conditions.")
+    world_size: int | None = Field(default=None, description="Total ranks.")
+    nodes: int | None = Field(default=None, description="Pods in the gang.")
+    ready_nodes: int | None = Field(default=None, description="Pods running and ready.")
+    restarts: int = Field(default=0, description="Gang restarts so far.")
+    last_checkpoint: str | None = Field(default=None, description="Newest checkpoint reported.")
+    last_failure: str | None = Field(default=None, description="Reason of the last failure.")
+    placement: PlacementSummary | None = Field(default=None, description="Placement summary.")

@@ -1,0 +1,145 @@
+"""The shared reconcile pass: validate -> render -> apply children -> prune -> status.
+
+Each kind's module supplies only what differs (which children, how status is read off them).
+Everything here is level-triggered and idempotent: a second pass over an unchanged cluster makes
+no API writes, and an operator restarted mid-pass converges on the children it already created.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from gem_operator.api.kinds import KindInfo
+from gem_operator.api.validation import InvalidSpec, parse_spec
+from gem_operator.controllers import metrics
+from gem_operator.controllers.status import StatusDraft, invalid, status_changes
+from gem_operator.kube import ApplyResult, KubeApi
+from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND
+
+
+@dataclass
+class Outcome:
+    """What one pass decided: the new status and the Events worth telling a person."""
+
+    draft: StatusDraft
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    result: str = "ok"
+
+
+@dataclass(frozen=True)
+class PassContext:
+    kube: KubeApi
+    body: Mapping[str, Any]
+    now: datetime
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"].get("namespace", "default"))
+
+
+KindPass = Callable[[PassContext, Any, Outcome], Awaitable[None]]
+
+
+async def apply_children(
+    ctx: PassContext, info: KindInfo, manifests: Sequence[Mapping[str, Any]], outcome: Outcome
+) -> dict[str, ApplyResult]:
+    """Apply each child; report creations/changes in one Event."""
+    results: dict[str, ApplyResult] = {}
+    for manifest in manifests:
+        immutable = manifest["kind"] == "Pod"
+        result = await ctx.kube.apply(manifest, immutable_spec=immutable)
+        key = f"{manifest['kind']}/{manifest['metadata']['name']}"
+        results[key] = result
+        if result is not ApplyResult.UNCHANGED:
+            metrics.CHILDREN.labels(info.kind, manifest["kind"], result.value).inc()
+    changed: dict[str, list[str]] = {}
+    for key, result in results.items():
+        if result is not ApplyResult.UNCHANGED:
+            changed.setdefault(result.value, []).append(key)
+    for action, keys in changed.items():
+        shown = ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+        outcome.events.append(("Normal", f"Children{action.capitalize()}", f"{action} {shown}"))
+    return results
+
+
+async def prune_children(
+    ctx: PassContext,
+    info: KindInfo,
+    api_version: str,
+    kind: str,
+    keep: set[str],
+    outcome: Outcome,
+    extra_labels: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Delete our children of one kind that the desired state no longer has."""
+    labels = {LABEL_KIND: info.kind.lower(), LABEL_INSTANCE: ctx.name, **(extra_labels or {})}
+    deleted = []
+    for obj in await ctx.kube.list(api_version, kind, ctx.namespace, labels):
+        name = obj["metadata"]["name"]
+        if name not in keep and await ctx.kube.delete(api_version, kind, name, ctx.namespace):
+            deleted.append(name)
+    if deleted:
+        metrics.CHILDREN.labels(info.kind, kind, "deleted").inc(len(deleted))
+        outcome.events.append(("Normal", "ChildrenDeleted", f"deleted {kind} {', '.join(sorted(deleted))}"))
+    return deleted
+
+
+def _was_invalid_with(status: Mapping[str, Any] | None, message: str) -> bool:
+    for cond in (status or {}).get("conditions", []):
+        if cond.get("type") == "Ready" and cond.get("reason") == "InvalidSpec":
+            return bool(cond.get("message") == message)
+    return False
+
+
+async def reconcile(
+    info: KindInfo,
+    kind_pass: KindPass,
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+) -> None:
+    """One level-triggered pass for any of our kinds, called by kopf handlers and timers."""
+    started = time.perf_counter()
+    now = datetime.now(UTC)
+    old_status = body.get("status") or {}
+    generation = body.get("metadata", {}).get("generation")
+    outcome = Outcome(draft=StatusDraft.from_status(old_status, now, generation))
+    try:
+        try:
+            spec = parse_spec(info, body)
+        except InvalidSpec as exc:
+            # Create nothing, say why once, keep serving every other resource.
+            message = str(exc)
+            if not _was_invalid_with(old_status, message):
+                outcome.events.append(("Warning", "InvalidSpec", message))
+                metrics.INVALID_SPECS.labels(info.kind).inc()
+                logger.warning("rejected %s %s: %s", info.kind, body["metadata"].get("name"), message)
+            invalid(outcome.draft, message)
+            outcome.result = "invalid"
+        else:
+            ctx = PassContext(kube=memo.kube, body=body, now=now, logger=logger)
+            await kind_pass(ctx, spec, outcome)
+    except Exception:
+        metrics.RECONCILES.labels(info.kind, "error").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels(info.kind).observe(time.perf_counter() - started)
+    metrics.RECONCILES.labels(info.kind, outcome.result).inc()
+    for key, value in status_changes(old_status, outcome.draft.to_status()).items():
+        patch.status[key] = value
+    for type_, reason, message in outcome.events:
+        kopf.event(body, type=type_, reason=reason, message=message[:1024])

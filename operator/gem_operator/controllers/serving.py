@@ -1,0 +1,67 @@
+"""RankingService and SolarisPrecompute handlers: a Deployment (and a Service for the ranker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
+from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
+from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
+from gem_operator.controllers.settings import RESYNC_SECONDS
+from gem_operator.controllers.status import pool_phase
+from gem_operator.render.common import Owner, child_name
+from gem_operator.render.serving import (
+    ROLE_PRECOMPUTE,
+    ROLE_SERVER,
+    desired_replicas_from_spec,
+    pool_selector,
+    render_precompute,
+    render_ranking_service,
+)
+
+
+async def _pool_pass(
+    ctx: PassContext, spec: RankingServiceSpec | SolarisPrecomputeSpec, outcome: Outcome, role: str
+) -> None:
+    owner = Owner.from_body(dict(ctx.body))
+    replicas = desired_replicas_from_spec(spec)
+    if isinstance(spec, RankingServiceSpec):
+        manifests = render_ranking_service(owner, spec, replicas)
+        info = RANKING_SERVICE
+    else:
+        manifests = render_precompute(owner, spec, replicas)
+        info = SOLARIS_PRECOMPUTE
+    await apply_children(ctx, info, manifests, outcome)
+    deployment = await ctx.kube.get("apps/v1", "Deployment", child_name(owner, role), ctx.namespace)
+    outcome.draft.fields["selector"] = pool_selector(owner, role)
+    pool_phase(outcome.draft, replicas, deployment)
+
+
+async def ranking_pass(ctx: PassContext, spec: RankingServiceSpec, outcome: Outcome) -> None:
+    await _pool_pass(ctx, spec, outcome, ROLE_SERVER)
+
+
+async def precompute_pass(ctx: PassContext, spec: SolarisPrecomputeSpec, outcome: Outcome) -> None:
+    await _pool_pass(ctx, spec, outcome, ROLE_PRECOMPUTE)
+
+
+_RKS = RANKING_SERVICE
+_SPC = SOLARIS_PRECOMPUTE
+
+
+@kopf.on.resume(_RKS.group, _RKS.version, _RKS.plural)
+@kopf.on.create(_RKS.group, _RKS.version, _RKS.plural)
+@kopf.on.update(_RKS.group, _RKS.version, _RKS.plural, field="spec")
+@kopf.timer(_RKS.group, _RKS.version, _RKS.plural, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+async def reconcile_ranking(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    await reconcile(_RKS, ranking_pass, body=body, patch=patch, memo=memo, logger=logger)
+
+
+@kopf.on.resume(_SPC.group, _SPC.version, _SPC.plural)
+@kopf.on.create(_SPC.group, _SPC.version, _SPC.plural)
+@kopf.on.update(_SPC.group, _SPC.version, _SPC.plural, field="spec")
+@kopf.timer(_SPC.group, _SPC.version, _SPC.plural, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+async def reconcile_precompute(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    await reconcile(_SPC, precompute_pass, body=body, patch=patch, memo=memo, logger=logger)

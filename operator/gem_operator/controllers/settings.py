@@ -1,0 +1,53 @@
+"""Operator-wide settings: kopf persistence, peering, the API client and the metrics endpoint.
+
+Progress and diff-base go to annotations (not status) because our CRDs have structural status
+schemas that would prune kopf's own status fields.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from gem_operator.kube import KubeApi
+
+RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
+METRICS_PORT = int(os.environ.get("GEM_METRICS_PORT", "0"))
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="gem.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="gem.dev", key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = "gem.dev/finalizer"
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 30
+    memo.kube = KubeApi.from_kubeconfig()
+    if METRICS_PORT:
+        from gem_operator.controllers.metrics import serve_metrics
+
+        if serve_metrics(METRICS_PORT):
+            logger.info("serving operator metrics on :%d/metrics", METRICS_PORT)
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    kube = memo.get("kube")
+    if kube is not None:
+        await kube.close()
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account first, then $KUBECONFIG, read when called.
+
+    kopf's defaults would pick whichever client library happens to be installed; this keeps the
+    operator's credentials independent of that.
+    """
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)

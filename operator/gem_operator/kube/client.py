@@ -1,0 +1,150 @@
+"""A small async API client over lightkube that speaks plain manifests (dicts).
+
+Builders in ``render/`` produce dicts; this module turns them into API calls. Updates are JSON
+merge patches of the fields we own, never a PUT of the whole object (design.md section 3).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube import AsyncClient, codecs
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.types import PatchType
+
+from gem_operator.api.kinds import KINDS
+from gem_operator.kube.diff import is_subset
+from gem_operator.render.common import ANNOTATION_SPEC_HASH
+
+log = logging.getLogger(__name__)
+
+for _info in KINDS:
+    create_namespaced_resource(_info.group, _info.version, _info.kind, _info.plural)
+
+# Fields of a child we never patch: identity, server-managed metadata and status.
+_UNPATCHED_TOP = {"apiVersion", "kind", "status"}
+
+
+class ApplyResult(enum.StrEnum):
+    CREATED = "created"
+    PATCHED = "patched"
+    UNCHANGED = "unchanged"
+    # Deleted because its immutable spec changed; created again on the next reconcile.
+    REPLACED = "replaced"
+
+
+def _resource(api_version: str, kind: str) -> Any:
+    return codecs.resource_registry.load(api_version, kind)
+
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+
+
+def _comparable(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    meta = manifest.get("metadata", {})
+    out = {k: v for k, v in manifest.items() if k not in _UNPATCHED_TOP and k != "metadata"}
+    out["metadata"] = {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}
+    return out
+
+
+class KubeApi:
+    """Thin async facade; one instance per operator process (kept in kopf's memo)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeApi:
+        """From $KUBECONFIG/~/.kube/config or the in-cluster service account, as kubectl does."""
+        config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
+        return cls(AsyncClient(config=config.get(context_name=context), field_manager="gem-operator"))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            obj = await self._client.get(_resource(api_version, kind), name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+        return _to_dict(obj)
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        res = _resource(api_version, kind)
+        return [_to_dict(o) async for o in self._client.list(res, namespace=namespace, labels=dict(labels or {}))]
+
+    async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        obj: Any = codecs.from_dict(dict(manifest))
+        return _to_dict(await self._client.create(obj))
+
+    async def patch_merge(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str,
+        patch: Mapping[str, Any],
+        *,
+        status: bool = False,
+    ) -> dict[str, Any]:
+        res = _resource(api_version, kind)
+        if status:
+            res = res.Status
+        obj = await self._client.patch(res, name, dict(patch), namespace=namespace, patch_type=PatchType.MERGE)
+        return _to_dict(obj)
+
+    async def delete(self, api_version: str, kind: str, name: str, namespace: str) -> bool:
+        """Delete with background propagation; False when it was already gone."""
+        try:
+            await self._client.delete(_resource(api_version, kind), name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        return True
+
+    async def apply(self, manifest: Mapping[str, Any], *, immutable_spec: bool = False) -> ApplyResult:
+        """Create the child, or merge-patch the fields that drifted.
+
+        ``immutable_spec`` is for pods: their spec cannot be patched, and the server adds fields
+        to it (default tolerations), so drift is judged by the ``gem.dev/spec-hash`` annotation
+        alone, and a changed pod is deleted; the next reconcile creates it again once it is gone.
+        """
+        meta = manifest["metadata"]
+        api_version, kind = manifest["apiVersion"], manifest["kind"]
+        name, namespace = meta["name"], meta.get("namespace", "default")
+        actual = await self.get(api_version, kind, name, namespace)
+        if actual is None:
+            try:
+                await self.create(manifest)
+                return ApplyResult.CREATED
+            except ApiError as exc:
+                if exc.status.code != 409:
+                    raise
+                # An earlier run of this operator created it meanwhile (or it is terminating).
+                actual = await self.get(api_version, kind, name, namespace)
+                if actual is None:
+                    return ApplyResult.REPLACED
+        if immutable_spec:
+            want = (meta.get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
+            have = ((actual.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
+            if want == have:
+                return ApplyResult.UNCHANGED
+            log.info("deleting %s %s/%s to recreate it: its spec changed", kind, namespace, name)
+            await self.delete(api_version, kind, name, namespace)
+            return ApplyResult.REPLACED
+        desired = _comparable(manifest)
+        if is_subset(desired, actual):
+            return ApplyResult.UNCHANGED
+        await self.patch_merge(api_version, kind, name, namespace, desired)
+        return ApplyResult.PATCHED

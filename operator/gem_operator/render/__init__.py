@@ -1,0 +1,1 @@
+"""Pure builders: (resource, plan) -> child manifests. No I/O, no clock, no Kubernetes client."""

@@ -1,0 +1,118 @@
+"""Names, labels and owner references shared by every child the operator creates.
+
+Names are deterministic (``<cr>-<role>[-<index>]``) so that a restarted operator finds the
+children it made before instead of creating duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MANAGED_BY = "gem-operator"
+LABEL_KIND = "gem.dev/kind"
+LABEL_INSTANCE = "gem.dev/instance"
+LABEL_ROLE = "gem.dev/role"
+ANNOTATION_SPEC_HASH = "gem.dev/spec-hash"
+# Labels copied from the custom resource to its pods, so queueing systems (Kueue) see them.
+PASSTHROUGH_LABEL_PREFIXES = ("kueue.x-k8s.io/", "scheduling.x-k8s.io/")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The custom resource that owns a set of children."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Owner:
+        meta = body.get("metadata", {})
+        return cls(
+            api_version=str(body.get("apiVersion", "")),
+            kind=str(body.get("kind", "")),
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace", "default")),
+            uid=str(meta.get("uid", "")),
+            labels=tuple(sorted((meta.get("labels") or {}).items())),
+        )
+
+    def reference(self) -> dict[str, Any]:
+        """ownerReference with controller=true so garbage collection removes the child with us."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def child_name(owner: Owner, role: str, index: int | None = None) -> str:
+    return f"{owner.name}-{role}" if index is None else f"{owner.name}-{role}-{index}"
+
+
+def selector_labels(owner: Owner, role: str) -> dict[str, str]:
+    """The stable subset used in selectors (must never change for an existing child)."""
+    return {
+        LABEL_KIND: owner.kind.lower(),
+        LABEL_INSTANCE: owner.name,
+        LABEL_ROLE: role,
+    }
+
+
+def labels(owner: Owner, role: str, app: str) -> dict[str, str]:
+    """Recommended app.kubernetes.io labels plus gem.dev ones."""
+    return {
+        "app.kubernetes.io/name": app,
+        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/component": role,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        **selector_labels(owner, role),
+    }
+
+
+def passthrough_labels(owner: Owner) -> dict[str, str]:
+    return {k: v for k, v in owner.labels if k.startswith(PASSTHROUGH_LABEL_PREFIXES)}
+
+
+def metadata(
+    owner: Owner, name: str, role: str, app: str, extra_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": {**labels(owner, role, app), **(extra_labels or {})},
+        "ownerReferences": [owner.reference()],
+    }
+
+
+def spec_hash(obj: Any) -> str:
+    """Short stable digest of a desired spec, for children whose spec cannot be patched (pods)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def container_resources(requests: dict[str, str], limits: dict[str, str], gpus: int) -> dict[str, Any]:
+    """Requests/limits with GPUs as an extended resource (requests must equal limits for GPUs)."""
+    req = dict(requests)
+    lim = dict(limits)
+    if gpus:
+        req["nvidia.com/gpu"] = str(gpus)
+        lim["nvidia.com/gpu"] = str(gpus)
+    out: dict[str, Any] = {}
+    if req:
+        out["requests"] = req
+    if lim:
+        out["limits"] = lim
+    return out
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

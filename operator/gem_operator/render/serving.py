@@ -1,0 +1,190 @@
+"""RankingService and SolarisPrecompute children: a Deployment of GPU pods (plus a Service for the ranker).
+
+Every pod loads its model with ``gem-load pull`` in an init container into a shared volume, with a
+node-local cache on a hostPath so pods on one node download a model once (docs/contracts.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gem_operator.api.serving import RankingServiceSpec, ReplicaPoolSpec, SolarisPrecomputeSpec
+from gem_operator.render.common import (
+    GPU_TOLERATION,
+    Owner,
+    child_name,
+    container_resources,
+    metadata,
+    selector_labels,
+)
+
+ROLE_SERVER = "server"
+ROLE_PRECOMPUTE = "precompute"
+MODEL_DIR = "/var/lib/gem/model"
+NODE_CACHE_DIR = "/var/cache/gem-models"
+NODE_CACHE_HOST_PATH = "/var/cache/gem-models"
+
+
+def desired_replicas_from_spec(spec: RankingServiceSpec | SolarisPrecomputeSpec) -> int:
+    """Replicas before any metric is read: spec.replicas, kept inside the autoscaler's bounds."""
+    scaling = spec.autoscaling
+    if not scaling.enabled:
+        return spec.replicas
+    return max(scaling.min_replicas, min(spec.replicas, scaling.max_replicas))
+
+
+def _loader_container(spec: ReplicaPoolSpec) -> dict[str, Any]:
+    model = spec.model
+    args = [
+        "pull",
+        model.uri,
+        MODEL_DIR,
+        "--streams",
+        str(model.loader.streams),
+        "--part-size",
+        str(model.loader.part_size_mi_b * 1024 * 1024),
+        "--progress",
+        "json",
+    ]
+    if model.manifest_uri:
+        args += ["--manifest", model.manifest_uri]
+    if model.loader.node_cache:
+        args += ["--cache", NODE_CACHE_DIR]
+    container: dict[str, Any] = {
+        "name": "model-loader",
+        "image": spec.workload.image,
+        "imagePullPolicy": spec.workload.image_pull_policy,
+        "command": ["gem-load"],
+        "args": args,
+        "volumeMounts": [{"name": "model", "mountPath": MODEL_DIR}],
+    }
+    if model.loader.node_cache:
+        container["volumeMounts"].append({"name": "node-cache", "mountPath": NODE_CACHE_DIR})
+    if model.credentials_secret_ref:
+        # Credentials reach the loader only from the referenced Secret, never from the spec.
+        container["envFrom"] = [{"secretRef": {"name": model.credentials_secret_ref.name}}]
+    return container
+
+
+def _pod_template(owner: Owner, spec: ReplicaPoolSpec, role: str, app: str, main: dict[str, Any]) -> dict[str, Any]:
+    wl = spec.workload
+    main = {
+        "image": wl.image,
+        "imagePullPolicy": wl.image_pull_policy,
+        "resources": container_resources(
+            wl.resources.requests.to_wire(), wl.resources.limits.to_wire(), spec.gpus_per_replica
+        ),
+        **main,
+    }
+    main["env"] = [
+        {"name": "GEM_MODEL_URI", "value": spec.model.uri},
+        {"name": "GEM_MODEL_DIR", "value": MODEL_DIR},
+        *main.get("env", []),
+        *({"name": e.name, "value": e.value} for e in wl.env),
+    ]
+    main["volumeMounts"] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}]
+    volumes: list[dict[str, Any]] = [{"name": "model", "emptyDir": {}}]
+    if spec.model.loader.node_cache:
+        volumes.append({"name": "node-cache", "hostPath": {"path": NODE_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}})
+    pod_spec: dict[str, Any] = {
+        "initContainers": [_loader_container(spec)],
+        "containers": [main],
+        "volumes": volumes,
+    }
+    if spec.gpus_per_replica:
+        pod_spec["tolerations"] = [GPU_TOLERATION]
+    if wl.service_account_name:
+        pod_spec["serviceAccountName"] = wl.service_account_name
+    template_meta = metadata(owner, "", role, app)
+    return {"metadata": {"labels": template_meta["labels"]}, "spec": pod_spec}
+
+
+def _deployment(owner: Owner, role: str, app: str, replicas: int, template: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(owner, child_name(owner, role), role, app),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_labels(owner, role)},
+            # Never take a loaded GPU replica away before its replacement is Ready.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": template,
+        },
+    }
+
+
+def render_ranking_service(owner: Owner, spec: RankingServiceSpec, replicas: int) -> list[dict[str, Any]]:
+    """Deployment + ClusterIP Service of the ranking servers."""
+    app = "gem-ranking"
+    args = [
+        "-m",
+        "gem_workloads.serving",
+        "--model",
+        MODEL_DIR,
+        "--port",
+        str(spec.port),
+        "--max-batch-size",
+        str(spec.max_batch_size),
+        "--max-candidates",
+        str(spec.max_candidates),
+        *spec.workload.args,
+    ]
+    main = {
+        "name": "ranker",
+        "command": ["python"],
+        "args": args,
+        "env": [{"name": "GEM_SERVING_PORT", "value": str(spec.port)}],
+        "ports": [{"name": "http", "containerPort": spec.port}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
+    }
+    template = _pod_template(owner, spec, ROLE_SERVER, app, main)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, child_name(owner, ROLE_SERVER), ROLE_SERVER, app),
+        "spec": {
+            "selector": selector_labels(owner, ROLE_SERVER),
+            "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+        },
+    }
+    return [_deployment(owner, ROLE_SERVER, app, replicas, template), service]
+
+
+def render_precompute(owner: Owner, spec: SolarisPrecomputeSpec, replicas: int) -> list[dict[str, Any]]:
+    """Deployment of the Solaris precompute workers."""
+    app = "gem-precompute"
+    args = [
+        "-m",
+        "gem_workloads.precompute",
+        "--model",
+        MODEL_DIR,
+        "--store",
+        spec.store.url,
+        "--ttl-seconds",
+        str(spec.store.ttl_seconds),
+        "--key-prefix",
+        spec.store.key_prefix,
+        "--source",
+        spec.source.url,
+        "--stream",
+        spec.source.stream,
+        "--group",
+        spec.source.consumer_group,
+        "--batch-size",
+        str(spec.batch_size),
+        "--fallback",
+        ",".join(spec.fallback.tiers),
+        *spec.workload.args,
+    ]
+    main: dict[str, Any] = {"name": "precompute", "command": ["python"], "args": args}
+    if spec.store.credentials_secret_ref:
+        main["envFrom"] = [{"secretRef": {"name": spec.store.credentials_secret_ref}}]
+    template = _pod_template(owner, spec, ROLE_PRECOMPUTE, app, main)
+    return [_deployment(owner, ROLE_PRECOMPUTE, app, replicas, template)]
+
+
+def pool_selector(owner: Owner, role: str) -> str:
+    """Label selector string of a pool's pods (status.selector, for the scale subresource)."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(owner, role).items())

@@ -1,0 +1,208 @@
+"""GEMTraining children: a headless Service for rendezvous, a ConfigMap, one pod per host.
+
+Pods run ``torchrun -m gem_workloads.training`` with the torchrun-compatible environment of
+docs/contracts.md. Node ranks follow pod index here; the placement planner (topology/) decides
+which host each index lands on when it is used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gem_operator.api.training import MESH_DIMS, GEMTrainingSpec
+from gem_operator.render.common import (
+    ANNOTATION_SPEC_HASH,
+    GPU_TOLERATION,
+    Owner,
+    child_name,
+    container_resources,
+    metadata,
+    passthrough_labels,
+    selector_labels,
+    spec_hash,
+)
+
+APP = "gem-training"
+ROLE_WORKER = "worker"
+ROLE_RENDEZVOUS = "rdzv"
+ROLE_CONFIG = "config"
+CONFIG_MOUNT = "/etc/gem"
+LABEL_NODE_RANK = "gem.dev/node-rank"
+
+
+def rank_coords(rank: int, shape: Sequence[int]) -> list[int]:
+    """Row-major coordinates of a global rank in the mesh (DeviceMesh convention)."""
+    coords = []
+    for size in reversed(shape):
+        coords.append(rank % size)
+        rank //= size
+    return list(reversed(coords))
+
+
+@dataclass(frozen=True)
+class TrainingChildren:
+    service: dict[str, Any]
+    config: dict[str, Any]
+    pods: list[dict[str, Any]]
+
+    def all(self) -> list[dict[str, Any]]:
+        return [self.service, self.config, *self.pods]
+
+
+def rank_map(owner: Owner, spec: GEMTrainingSpec, node_names: Sequence[str | None]) -> dict[str, Any]:
+    """Every pod's node rank, global ranks and mesh coordinates."""
+    shape = spec.parallelism.shape
+    nproc = spec.nproc_per_node
+    nodes = []
+    for node_rank in range(spec.num_nodes):
+        ranks = list(range(node_rank * nproc, (node_rank + 1) * nproc))
+        nodes.append(
+            {
+                "nodeRank": node_rank,
+                "pod": child_name(owner, ROLE_WORKER, node_rank),
+                "node": node_names[node_rank],
+                "ranks": ranks,
+                "coords": [rank_coords(r, shape) for r in ranks],
+            }
+        )
+    return {"mesh": dict(zip(MESH_DIMS, shape, strict=True)), "ep": spec.parallelism.ep, "nodes": nodes}
+
+
+def _config(owner: Owner, spec: GEMTrainingSpec) -> dict[str, Any]:
+    return {
+        "name": owner.name,
+        "namespace": owner.namespace,
+        "preset": spec.training.preset,
+        "data": spec.training.data,
+        "steps": spec.training.steps,
+        "checkpoint": spec.checkpoint.to_wire(),
+        "mesh": dict(zip(MESH_DIMS, spec.parallelism.shape, strict=True)),
+        "ep": spec.parallelism.ep,
+        "embeddingShardingGroup": spec.embedding_sharding_group or spec.nproc_per_node,
+        "failurePolicy": spec.failure_policy.to_wire(),
+    }
+
+
+def _env(owner: Owner, spec: GEMTrainingSpec, node_rank: int, resume_from: str | None) -> list[dict[str, Any]]:
+    service = child_name(owner, ROLE_RENDEZVOUS)
+    master = f"{child_name(owner, ROLE_WORKER, 0)}.{service}.{owner.namespace}.svc"
+    nproc = spec.nproc_per_node
+    coords = [rank_coords(r, spec.parallelism.shape) for r in range(node_rank * nproc, (node_rank + 1) * nproc)]
+    torchrun = {
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(spec.rendezvous_port),
+        "NNODES": str(spec.num_nodes),
+        "NODE_RANK": str(node_rank),
+        "NPROC_PER_NODE": str(nproc),
+    }
+    values: dict[str, str] = {}
+    for key, value in torchrun.items():
+        values[key] = value
+        values[f"PET_{key}"] = value
+    values.update(
+        {
+            "WORLD_SIZE": str(spec.world_size),
+            "GEM_MESH_SHAPE": spec.parallelism.mesh_shape_env(),
+            "GEM_EP": str(spec.parallelism.ep),
+            "GEM_MESH_COORDS": json.dumps(coords, separators=(",", ":")),
+            "GEM_EMBEDDING_SHARDING_GROUP": str(spec.embedding_sharding_group or nproc),
+            "GEM_CONFIG_FILE": f"{CONFIG_MOUNT}/config.json",
+            "GEM_RANK_MAP_FILE": f"{CONFIG_MOUNT}/rankmap.json",
+            "GEM_CHECKPOINT_URI": spec.checkpoint.uri,
+            "GEM_RESUME_FROM": resume_from or "",
+        }
+    )
+    env = [{"name": k, "value": v} for k, v in values.items()]
+    env += [{"name": e.name, "value": e.value} for e in spec.workload.env]
+    return env
+
+
+def _pod(
+    owner: Owner, spec: GEMTrainingSpec, node_rank: int, node_name: str | None, resume_from: str | None
+) -> dict[str, Any]:
+    name = child_name(owner, ROLE_WORKER, node_rank)
+    wl = spec.workload
+    args = [
+        "-m",
+        "gem_workloads.training",
+        "--preset",
+        spec.training.preset,
+        "--data",
+        spec.training.data,
+        "--steps",
+        str(spec.training.steps),
+        "--checkpoint-dir",
+        spec.checkpoint.uri,
+        "--checkpoint-every",
+        str(spec.checkpoint.interval_steps),
+        *wl.args,
+    ]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostname": name,
+        "subdomain": child_name(owner, ROLE_RENDEZVOUS),
+        "tolerations": [GPU_TOLERATION],
+        "containers": [
+            {
+                "name": "trainer",
+                "image": wl.image,
+                "imagePullPolicy": wl.image_pull_policy,
+                "command": ["torchrun"],
+                "args": args,
+                "env": _env(owner, spec, node_rank, resume_from),
+                "ports": [{"name": "rendezvous", "containerPort": spec.rendezvous_port}],
+                "resources": container_resources(
+                    wl.resources.requests.to_wire(), wl.resources.limits.to_wire(), spec.nproc_per_node
+                ),
+                "volumeMounts": [{"name": "gem-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+            }
+        ],
+        "volumes": [{"name": "gem-config", "configMap": {"name": child_name(owner, ROLE_CONFIG)}}],
+    }
+    if wl.service_account_name:
+        pod_spec["serviceAccountName"] = wl.service_account_name
+    if node_name:
+        pod_spec["nodeName"] = node_name
+    extra = {**passthrough_labels(owner), LABEL_NODE_RANK: str(node_rank)}
+    meta = metadata(owner, name, ROLE_WORKER, APP, extra)
+    meta["annotations"] = {ANNOTATION_SPEC_HASH: spec_hash(pod_spec)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def render_training(
+    owner: Owner,
+    spec: GEMTrainingSpec,
+    *,
+    node_names: Sequence[str | None] | None = None,
+    resume_from: str | None = None,
+) -> TrainingChildren:
+    """All children of a GEMTraining. ``spec.suspend`` renders the gang with no pods."""
+    nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
+    if len(nodes) != spec.num_nodes:
+        raise ValueError(f"placement has {len(nodes)} nodes, the gang needs {spec.num_nodes}")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, child_name(owner, ROLE_RENDEZVOUS), ROLE_RENDEZVOUS, APP),
+        "spec": {
+            "clusterIP": "None",
+            # Rendezvous must resolve before pods are Ready (they become Ready only after it).
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(owner, ROLE_WORKER),
+            "ports": [{"name": "rendezvous", "port": spec.rendezvous_port, "targetPort": spec.rendezvous_port}],
+        },
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(owner, child_name(owner, ROLE_CONFIG), ROLE_CONFIG, APP),
+        "data": {
+            "config.json": json.dumps(_config(owner, spec), indent=2, sort_keys=True),
+            "rankmap.json": json.dumps(rank_map(owner, spec, nodes), indent=2, sort_keys=True),
+        },
+    }
+    pods = [] if spec.suspend else [_pod(owner, spec, i, nodes[i], resume_from) for i in range(spec.num_nodes)]
+    return TrainingChildren(service=service, config=config, pods=pods)

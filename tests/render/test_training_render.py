@@ -1,0 +1,97 @@
+"""GEMTraining builders: names, owner references, torchrun env, rank map, suspend."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from gem_operator.api.training import GEMTrainingSpec
+from gem_operator.render.common import Owner
+from gem_operator.render.training import rank_coords, render_training
+
+OWNER = Owner("gem.dev/v1alpha1", "GEMTraining", "job", "ml", "uid-1", (("kueue.x-k8s.io/queue-name", "q"),))
+
+
+def spec(**par: int) -> GEMTrainingSpec:
+    return GEMTrainingSpec.model_validate({"parallelism": par, "checkpoint": {"uri": "s3://c/job"}})
+
+
+def env(pod: dict[str, object]) -> dict[str, str]:
+    containers = pod["spec"]["containers"]  # type: ignore[index]
+    return {e["name"]: e["value"] for e in containers[0]["env"]}
+
+
+def test_children_are_named_labelled_and_owned() -> None:
+    kids = render_training(OWNER, spec(dpShard=2, tp=8))
+    names = [c["metadata"]["name"] for c in kids.all()]
+    assert names == ["job-rdzv", "job-config", "job-worker-0", "job-worker-1"]
+    for child in kids.all():
+        meta = child["metadata"]
+        assert meta["namespace"] == "ml"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "gem.dev/v1alpha1",
+                "kind": "GEMTraining",
+                "name": "job",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "gem-operator"
+        assert meta["labels"]["gem.dev/instance"] == "job"
+    assert kids.pods[1]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    assert kids.service["spec"]["clusterIP"] == "None"
+    assert kids.service["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_torchrun_env_and_mesh_coordinates() -> None:
+    kids = render_training(OWNER, spec(pp=2, dpShard=2, tp=4), resume_from="step-40")
+    e1 = env(kids.pods[1])
+    assert e1["WORLD_SIZE"] == "16" and e1["NNODES"] == e1["PET_NNODES"] == "2"
+    assert e1["NODE_RANK"] == e1["PET_NODE_RANK"] == "1"
+    assert e1["NPROC_PER_NODE"] == e1["PET_NPROC_PER_NODE"] == "8"
+    assert e1["MASTER_PORT"] == e1["PET_MASTER_PORT"] == "29500"
+    assert e1["GEM_RESUME_FROM"] == "step-40"
+    coords = json.loads(e1["GEM_MESH_COORDS"])
+    assert coords[0] == [1, 0, 0, 0, 0]  # rank 8 starts the second pipeline stage
+    assert coords[7] == [1, 0, 1, 0, 3]
+
+
+def test_rank_map_covers_every_rank_once() -> None:
+    kids = render_training(OWNER, spec(pp=2, dpReplicate=2, dpShard=2, tp=4))
+    rankmap = json.loads(kids.config["data"]["rankmap.json"])
+    ranks = [r for node in rankmap["nodes"] for r in node["ranks"]]
+    assert ranks == list(range(32))
+    coords = [tuple(c) for node in rankmap["nodes"] for c in node["coords"]]
+    assert sorted(coords) == sorted(itertools.product(range(2), range(2), range(2), range(1), range(4)))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 8), (2, 3, 4, 1, 2), (4, 1, 2, 2, 1)])
+def test_rank_coords_is_row_major(shape: tuple[int, ...]) -> None:
+    expected = list(itertools.product(*(range(s) for s in shape)))
+    world = 1
+    for s in shape:
+        world *= s
+    assert [tuple(rank_coords(r, shape)) for r in range(world)] == expected
+
+
+def test_suspend_keeps_service_and_config_but_no_pods() -> None:
+    s = spec(dpShard=2, tp=8).model_copy(update={"suspend": True})
+    kids = render_training(OWNER, s)
+    assert kids.pods == [] and kids.service and kids.config
+
+
+def test_changed_spec_changes_the_pod_hash_only_when_it_matters() -> None:
+    a = render_training(OWNER, spec(dpShard=2, tp=8)).pods[0]["metadata"]["annotations"]["gem.dev/spec-hash"]
+    b = render_training(OWNER, spec(dpShard=2, tp=8)).pods[0]["metadata"]["annotations"]["gem.dev/spec-hash"]
+    c = render_training(OWNER, spec(dpShard=4, tp=8)).pods[0]["metadata"]["annotations"]["gem.dev/spec-hash"]
+    assert a == b != c
+
+
+def test_placement_must_match_the_gang() -> None:
+    with pytest.raises(ValueError, match="placement has 1 nodes, the gang needs 2"):
+        render_training(OWNER, spec(dpShard=2, tp=8), node_names=["n1"])
+    pinned = render_training(OWNER, spec(dpShard=2, tp=8), node_names=["n1", "n2"])
+    assert [p["spec"]["nodeName"] for p in pinned.pods] == ["n1", "n2"]
