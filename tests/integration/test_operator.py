@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gem_operator.cli.operator import OperatorThread
 from gem_operator.sim.cluster import EmbeddedCluster
 
