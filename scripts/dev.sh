@@ -33,6 +33,11 @@ system_packages() {
   done
 }
 
+pip_quiet() {
+  # This machine's pip config lists local index folders that may be absent; pip notes each one.
+  "$py" -m pip "$@" 2> >(grep -v "Location 'file:" >&2)
+}
+
 python_env() {
   local extras=$1
   local stamp="$venv/.stamp-$extras"
@@ -42,7 +47,7 @@ python_env() {
     return 0
   fi
   [ -x "$py" ] || { log "creating $venv"; python3 -m venv "$venv"; }
-  local pip=("$py" -m pip install -q --disable-pip-version-check)
+  local pip=(pip_quiet install -q --disable-pip-version-check)
   if [[ $extras == *workloads* ]]; then
     log "installing torch 2.13.0 (CPU), fbgemm-gpu-cpu, torchrec"
     "${pip[@]}" torch==2.13.0
@@ -65,11 +70,17 @@ case "$mode" in
     system_packages
     python_env "workloads,dev"
     export PATH="$PWD/$venv/bin:$PATH"
-    log "CRDs match the API types"; gemop crds --check
-    log "ruff"; ruff check . && ruff format --check .
-    log "mypy"; mypy
-    log "import-linter"; lint-imports
-    log "pytest"; pytest "$@"
+    log "CRDs match the API types"
+    gemop crds --check
+    log "ruff"
+    ruff check .
+    ruff format --check .
+    log "mypy"
+    mypy
+    log "import-linter"
+    lint-imports
+    log "pytest"
+    pytest "$@"
     ;;
   *)
     echo "usage: bash scripts/dev.sh demo|test [args]" >&2

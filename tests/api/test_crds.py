@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gem_operator.api import KINDS, InvalidSpec, kind_info, parse_spec
 from gem_operator.api.crd import all_crds, build_crd, render_yaml
 from gem_operator.api.schema_check import apply_defaults, schema_errors, validate_manifest

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from gem_operator.api import GEM_TRAINING, RANKING_SERVICE, InvalidSpec, kind_info, parse_spec
 from gem_operator.api.common import Condition, set_condition
 from gem_operator.api.training import GEMTrainingSpec, Parallelism

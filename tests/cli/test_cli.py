@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gem_operator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,13 @@ def test_run_requires_a_scope(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.integration
 def test_demo_runs_to_its_summary() -> None:
     env = {**os.environ, "GEM_RESYNC_SECONDS": "1"}
-    proc = subprocess.run([*GEMOP, "demo", "--timeout", "60"], capture_output=True, text=True, timeout=150, env=env)
+    proc = subprocess.run(
+        [*GEMOP, "demo", "--timeout", "60", "--replay-seconds", "8"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "Demo finished" in out
@@ -70,6 +77,7 @@ def test_demo_runs_to_its_summary() -> None:
         "SolarisPrecompute/ads-precompute",
         "InvalidSpec",
         "gem-pretrain-worker-3",
+        "Autoscaling on SM active",
     ):
         assert needle in out
 

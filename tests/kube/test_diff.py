@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gem_operator.kube.diff import is_subset
 
 

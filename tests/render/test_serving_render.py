@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
 from gem_operator.render.common import Owner
 from gem_operator.render.serving import (

@@ -6,6 +6,7 @@ import itertools
 import json
 
 import pytest
+
 from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.render.common import Owner
 from gem_operator.render.training import rank_coords, render_training
@@ -94,4 +95,11 @@ def test_placement_must_match_the_gang() -> None:
     with pytest.raises(ValueError, match="placement has 1 nodes, the gang needs 2"):
         render_training(OWNER, spec(dpShard=2, tp=8), node_names=["n1"])
     pinned = render_training(OWNER, spec(dpShard=2, tp=8), node_names=["n1", "n2"])
-    assert [p["spec"]["nodeName"] for p in pinned.pods] == ["n1", "n2"]
+    for pod, node in zip(pinned.pods, ["n1", "n2"], strict=True):
+        term = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        expr = term["nodeSelectorTerms"][0]["matchExpressions"][0]
+        assert expr == {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+        assert pod["spec"]["schedulingGates"] == [{"name": "gem.dev/gang"}]
+        assert "nodeName" not in pod["spec"]
+    unpinned = render_training(OWNER, spec(dpShard=2, tp=8))
+    assert all("schedulingGates" not in p["spec"] and "affinity" not in p["spec"] for p in unpinned.pods)

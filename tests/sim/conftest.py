@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from gem_operator.sim import EmbeddedCluster, LifecycleConfig
 
 WIDGET_CRD: dict[str, Any] = {

@@ -10,6 +10,7 @@ import subprocess
 from typing import Any
 
 import pytest
+
 from gem_operator.sim import EmbeddedCluster, LifecycleConfig
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gem_operator.sim import EmbeddedCluster
 
 pytestmark = pytest.mark.timeout(30)

@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 import yaml
+
 from gem_operator.sim import FleetError, load_fleet, make_fleet
 from gem_operator.sim.fleet import BLOCK, CLIQUE, FLEETS_DIR, GPU, RACK, ZONE, parse_fleet
 

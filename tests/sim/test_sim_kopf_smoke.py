@@ -8,8 +8,9 @@ from typing import Any
 import aiohttp
 import kopf
 import pytest
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
 from kopf.testing import KopfRunner
+
+from gem_operator.sim import EmbeddedCluster, LifecycleConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

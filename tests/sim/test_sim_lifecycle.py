@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from gem_operator.sim import EmbeddedCluster, LifecycleConfig
 
 pytestmark = pytest.mark.timeout(30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from gem_operator.sim import make_fleet
 from gem_operator.sim.fleet import CLIQUE, GPU
 from gem_operator.sim.scheduling import choose_node, gpu_request

@@ -136,6 +136,9 @@ class PoolStatus(ApiModel):
     last_metric: MetricSample | None = Field(default=None, description="Last metric sample.")
     last_scale_time: str | None = Field(default=None, description="When replicas last changed.")
     last_scale_reason: str | None = Field(default=None, description="Why they changed.")
+    scaler_state: str | None = Field(
+        default=None, description="Autoscaler history (JSON): recommendations and scale events in the windows."
+    )
 
 
 class RankingServiceStatus(PoolStatus):

@@ -225,6 +225,7 @@ class PlacementSummary(ApiModel):
     cross_tier_bytes: dict[str, float] = Field(
         default_factory=dict, description="Estimated bytes per step crossing each tier."
     )
+    spec_key: str | None = Field(default=None, description="Digest of the spec fields the plan was made for.")
 
 
 class GEMTrainingStatus(ApiModel):
@@ -240,3 +241,5 @@ class GEMTrainingStatus(ApiModel):
     last_checkpoint: str | None = Field(default=None, description="Newest checkpoint reported.")
     last_failure: str | None = Field(default=None, description="Reason of the last failure.")
     placement: PlacementSummary | None = Field(default=None, description="Placement summary.")
+    restart_after: str | None = Field(default=None, description="RFC 3339 time the next restart may start.")
+    excluded_nodes: list[str] = Field(default_factory=list, description="Nodes avoided after failures.")

@@ -60,6 +60,53 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from gem_operator.api.kinds import GEM_TRAINING
+    from gem_operator.api.training import GEMTrainingSpec
+    from gem_operator.api.validation import InvalidSpec, parse_spec
+    from gem_operator.topology import Infeasible, cluster_view_from_objects, explain_plan, plan_gang
+
+    def load(path: Path) -> list[dict[str, object]]:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        items: list[dict[str, object]] = []
+        for doc in docs:
+            items.extend(doc.get("items", []) if doc.get("kind", "").endswith("List") else [doc])
+        return items
+
+    try:
+        job = yaml.safe_load(Path(args.job).read_text())
+        if args.nodes:
+            nodes = load(Path(args.nodes))
+        else:
+            from gem_operator.sim.fleet import load_fleet
+
+            nodes = [dict(n) for n in load_fleet(args.fleet)]
+        pods = load(Path(args.pods)) if args.pods else []
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        print(f"gemop plan: {exc}", file=sys.stderr)
+        return 2
+    exclude = {n for n in (args.exclude or "").split(",") if n}
+    body = dict(job) if isinstance(job, dict) and "spec" in job else {"spec": job}
+    body.setdefault("kind", "GEMTraining")
+    body.setdefault("metadata", {"name": "what-if"})
+    try:
+        spec = parse_spec(GEM_TRAINING, body)
+    except InvalidSpec as invalid:
+        print("gemop plan: invalid GEMTraining:\n  " + "\n  ".join(invalid.problems), file=sys.stderr)
+        return 2
+    assert isinstance(spec, GEMTrainingSpec)
+    result = plan_gang(spec, cluster_view_from_objects(nodes, pods), exclude_nodes=exclude)
+    if args.output == "json":
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    else:
+        print(explain_plan(result))
+    return 1 if isinstance(result, Infeasible) else 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from gem_operator.cli.operator import OperatorOptions, run_foreground
 
@@ -83,9 +130,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    import os
+
+    # Status follows children on each resync (read when the handlers are imported): keep it brisk.
+    os.environ.setdefault("GEM_RESYNC_SECONDS", "2")
     from gem_operator.cli.demo import SAMPLES_DIR, run_demo
 
-    return run_demo(fleet=args.fleet, samples=args.samples or SAMPLES_DIR, timeout=args.timeout)
+    return run_demo(
+        fleet=args.fleet,
+        samples=args.samples or SAMPLES_DIR,
+        timeout=args.timeout,
+        replay_seconds=args.replay_seconds,
+        plot=args.plot,
+    )
 
 
 def _cmd_sim_up(args: argparse.Namespace) -> int:
@@ -140,10 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("files", nargs="+", help="YAML files with GEMTraining/RankingService/SolarisPrecompute")
     validate.set_defaults(func=_cmd_validate)
 
+    plan = sub.add_parser("plan", help="what-if: place a GEMTraining on a nodes file (or a sim fleet)")
+    plan.add_argument("job", help="GEMTraining manifest (YAML)")
+    plan.add_argument("--nodes", help="Nodes as `kubectl get nodes -o yaml` writes them")
+    plan.add_argument("--pods", help="Pods already bound (`kubectl get pods -A -o yaml`), to count used GPUs")
+    plan.add_argument("--fleet", default="large", help="simulated fleet when --nodes is not given")
+    plan.add_argument("--exclude", help="comma-separated nodes to avoid")
+    plan.add_argument("--output", choices=("table", "json"), default="table")
+    plan.set_defaults(func=_cmd_plan)
+
     demo = sub.add_parser("demo", help="embedded cluster + operator + samples, then a summary")
     demo.add_argument("--fleet", default="demo", help="fleet name (demo, large) or a YAML file of Nodes")
     demo.add_argument("--samples", type=Path, default=None, help="directory of sample resources")
     demo.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for resources to settle")
+    demo.add_argument("--replay-seconds", type=int, default=40, help="length of the autoscaling replay (0 skips it)")
+    demo.add_argument("--plot", type=Path, default=None, help="write the scaling timeline as a PNG")
     demo.set_defaults(func=_cmd_demo)
 
     sim = sub.add_parser("sim", help="the embedded cluster")
@@ -156,12 +224,24 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--operator", action="store_true", help="also run the operator in this process")
     up.set_defaults(func=_cmd_sim_up)
 
+    sub.add_parser(
+        "replay",
+        help="replay a traffic trace against the autoscaling policy and baselines (see `gemop replay --help`)",
+        add_help=False,
+    )
+
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(f"gemop {__version__}") or 0)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["replay"]:
+        # The replay command owns its flags (gem_operator.autoscaling.replay).
+        from gem_operator.autoscaling.replay import main as replay_main
+
+        return replay_main(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

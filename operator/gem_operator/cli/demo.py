@@ -23,12 +23,19 @@ from rich.table import Table
 
 from gem_operator.api.crd import gem_crds
 from gem_operator.api.kinds import KINDS, KindInfo, kind_info
+from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
+from gem_operator.controllers.autoscaler import use_metric_sources
 from gem_operator.kube import KubeApi
 from gem_operator.sim.cluster import EmbeddedCluster
+from gem_operator.sim.dcgm import SmActiveSimulator
 from gem_operator.sim.lifecycle import LifecycleConfig
 
-SAMPLES_DIR = Path(__file__).resolve().parents[3] / "crds" / "samples"
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLES_DIR = ROOT / "crds" / "samples"
+TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"
+# The replay phase plays one trace minute per wall second.
+REPLAY_SECONDS = 40
 
 # A resource that must be rejected: tensor parallelism wider than a host.
 INVALID_SAMPLE: dict[str, Any] = {
@@ -135,7 +142,7 @@ async def _summarise(console: Console, kube: KubeApi, tracked: Sequence[Tracked]
             children.add_row(kind, meta["name"], owner, _child_state(kind, obj))
     console.print(children)
 
-    placement = Table(title="GPU nodes (pods bound by the scheduler; topology-aware placement is not used yet)")
+    placement = Table(title="GPU nodes (the training gang pinned by the planner; other pods bound by the scheduler)")
     for col in ("node", "nvlink domain", "rack", "GPUs used", "pods"):
         placement.add_column(col)
     pods_by_node: dict[str, list[str]] = {}
@@ -176,6 +183,28 @@ async def _summarise(console: Console, kube: KubeApi, tracked: Sequence[Tracked]
     console.print(events)
 
 
+def _plot(timeline: Sequence[tuple[float, float, int, int, float | None]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [row[0] for row in timeline]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    ax1.plot(t, [row[1] for row in timeline], color="black", label="load (cost units/s)")
+    ax1.set_ylabel("load")
+    ax1.legend(loc="upper left")
+    ax2.step(t, [row[3] for row in timeline], where="post", label="desired replicas")
+    ax2.step(t, [row[2] for row in timeline], where="post", label="ready replicas")
+    ax2.set_ylabel("replicas")
+    ax2.set_xlabel("demo time (s); one trace minute per second")
+    ax2.legend(loc="upper left")
+    fig.suptitle("RankingService ads-ranker scaled on simulated DCGM_FI_PROF_SM_ACTIVE")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _child_state(kind: str, obj: Mapping[str, Any]) -> str:
     status = obj.get("status") or {}
     spec = obj.get("spec") or {}
@@ -188,17 +217,66 @@ def _child_state(kind: str, obj: Mapping[str, Any]) -> str:
     return ", ".join(sorted(obj.get("data", {})))
 
 
+def trace_load_curve(trace: Path, seconds: int, peak: float) -> list[float]:
+    """Per-minute request rate of the trace, scaled so its busiest minute is ``peak`` cost units/s."""
+    from gem_operator.autoscaling.replay import load_trace, to_series
+
+    series = to_series(load_trace(trace), smooth_seconds=1)
+    per_minute = [
+        float(series.requests[i : i + 60].mean()) for i in range(0, min(len(series.requests), 60 * seconds), 60)
+    ]
+    # A 3-minute moving average: one trace minute lasts one second here, shorter than a sync.
+    smooth = [
+        sum(per_minute[max(0, i - 2) : i + 1]) / len(per_minute[max(0, i - 2) : i + 1]) for i in range(len(per_minute))
+    ]
+    top = max(smooth) or 1.0
+    return [peak * v / top for v in smooth]
+
+
+async def _replay_phase(
+    console: Console, kube: KubeApi, dcgm: SmActiveSimulator, curve: list[float], namespace: str
+) -> list[tuple[float, float, int, int, float | None]]:
+    """Drive the ranker's load from the trace and record what the autoscaler did."""
+    timeline = []
+    started = time.monotonic()
+    while (elapsed := time.monotonic() - started) < len(curve):
+        load = dcgm_load(curve, elapsed)
+        deploy = await kube.get("apps/v1", "Deployment", "ads-ranker-server", namespace) or {}
+        rks = await kube.get("gem.dev/v1alpha1", "RankingService", "ads-ranker", namespace) or {}
+        status = rks.get("status") or {}
+        metric = (status.get("lastMetric") or {}).get("value")
+        timeline.append(
+            (elapsed, load, int((deploy.get("status") or {}).get("readyReplicas") or 0),
+             int(status.get("desiredReplicas") or 0), metric)
+        )  # fmt: skip
+        await asyncio.sleep(1.0)
+    table = Table(title=f"Autoscaling on SM active: trace {TRACE.name}, one trace minute per second")
+    for col in ("t (s)", "load (units/s)", "ready replicas", "desired", "SM active"):
+        table.add_column(col, justify="right")
+    for t, load, ready, desired, metric in timeline[::2]:
+        table.add_row(f"{t:.0f}", f"{load:.0f}", str(ready), str(desired), "-" if metric is None else f"{metric:.2f}")
+    console.print(table)
+    return timeline
+
+
+def dcgm_load(curve: list[float], elapsed: float) -> float:
+    """Load at ``elapsed`` seconds into the replay; a light base load before it starts."""
+    if elapsed < 0:
+        return curve[0] * 0.25
+    return curve[min(int(elapsed), len(curve) - 1)]
+
+
 def run_demo(
     *,
     fleet: str | Path = "demo",
     samples: Path = SAMPLES_DIR,
     timeout: float = 90.0,
+    replay_seconds: int = REPLAY_SECONDS,
+    plot: Path | None = None,
     console: Console | None = None,
 ) -> int:
     """Run the demo; 0 when every sample settled and the invalid one was rejected."""
     console = console or Console(width=max(shutil.get_terminal_size((160, 40)).columns, 140))
-    # Status follows children on each resync; a short one keeps the demo brisk.
-    os.environ.setdefault("GEM_RESYNC_SECONDS", "2")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     docs = [*load_samples(samples), INVALID_SAMPLE]
     namespaces = sorted({d["metadata"].get("namespace", "default") for d in docs})
@@ -216,6 +294,18 @@ def run_demo(
         for namespace in namespaces:
             # Peering keeps two operator replicas from both acting; kopf waits for this object.
             cluster.apply(peering_object(PEERING_NAME, namespace))
+        # A simulated dcgm-exporter: per-pod SM active from the ranker's load, read by the autoscaler.
+        source = SimulatedSource()
+        use_metric_sources(lambda _spec: source, lambda _spec: source)
+        curve = trace_load_curve(TRACE, replay_seconds, peak=850.0) if replay_seconds else [60.0]
+        dcgm = SmActiveSimulator(cluster, source)
+        ranker_pods = {"gem.dev/instance": "ads-ranker", "gem.dev/role": "server"}
+        dcgm.add_pool("default", ranker_pods, lambda _t: dcgm_load(curve, _t - dcgm_offset[0]))
+        # Precompute work follows the ranker's traffic (candidate sets it publishes).
+        precompute_pods = {"gem.dev/instance": "ads-precompute", "gem.dev/role": "precompute"}
+        dcgm.add_pool("default", precompute_pods, lambda _t: 0.4 * dcgm_load(curve, _t - dcgm_offset[0]))
+        dcgm_offset = [1e9]  # idle until the replay phase starts
+        dcgm.start()
         operator = OperatorThread(OperatorOptions(namespaces=namespaces, standalone=False, peering_name=PEERING_NAME))
         operator.start()
         console.print(
@@ -228,6 +318,12 @@ def run_demo(
             try:
                 tracked = await _apply_and_wait(kube, docs, timeout)
                 await _summarise(console, kube, tracked, namespaces[0])
+                if replay_seconds:
+                    dcgm_offset[0] = dcgm.elapsed()
+                    timeline = await _replay_phase(console, kube, dcgm, curve, namespaces[0])
+                    if plot is not None:
+                        _plot(timeline, plot)
+                        console.print(f"plot written to {plot}")
                 return tracked
             finally:
                 await kube.close()
@@ -236,6 +332,8 @@ def run_demo(
             tracked = asyncio.run(main())
         finally:
             operator.stop()
+            dcgm.stop()
+            use_metric_sources(None, None)
     unsettled = [f"{t.info.kind}/{t.name}" for t in tracked if t.done_after is None]
     if unsettled:
         console.print(f"[red]Did not settle within {timeout:.0f} s:[/] {', '.join(unsettled)}")

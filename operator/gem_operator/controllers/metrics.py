@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RECONCILES = Counter("gem_operator_reconcile_total", "Reconcile passes by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram(
@@ -17,6 +17,14 @@ CHILDREN = Counter(
     "gem_operator_children_applied_total",
     "Children created, patched or replaced.",
     ["kind", "child_kind", "action"],
+)
+SCALING_DECISIONS = Counter(
+    "gem_operator_scaling_decisions_total",
+    "Replica changes made by the built-in autoscaler.",
+    ["kind", "direction", "reason"],
+)
+SM_ACTIVE = Gauge(
+    "gem_operator_pool_sm_active", "Last SM-active reading the autoscaler used.", ["kind", "namespace", "name"]
 )
 INVALID_SPECS = Counter("gem_operator_invalid_spec_total", "Resources rejected as InvalidSpec.", ["kind"])
 

@@ -113,6 +113,8 @@ async def reconcile(
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
 ) -> None:
     """One level-triggered pass for any of our kinds, called by kopf handlers and timers."""
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return  # being deleted: garbage collection removes the children; creating more would race it
     started = time.perf_counter()
     now = datetime.now(UTC)
     old_status = body.get("status") or {}

@@ -8,10 +8,11 @@ import kopf
 
 from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
+from gem_operator.controllers.autoscaler import autoscale
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
 from gem_operator.controllers.settings import RESYNC_SECONDS
 from gem_operator.controllers.status import pool_phase
-from gem_operator.render.common import Owner, child_name
+from gem_operator.render.common import Owner, child_name, selector_labels
 from gem_operator.render.serving import (
     ROLE_PRECOMPUTE,
     ROLE_SERVER,
@@ -26,15 +27,23 @@ async def _pool_pass(
     ctx: PassContext, spec: RankingServiceSpec | SolarisPrecomputeSpec, outcome: Outcome, role: str
 ) -> None:
     owner = Owner.from_body(dict(ctx.body))
-    replicas = desired_replicas_from_spec(spec)
+    info = RANKING_SERVICE if isinstance(spec, RankingServiceSpec) else SOLARIS_PRECOMPUTE
+    name = child_name(owner, role)
+    deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
+    if not spec.autoscaling.enabled:
+        replicas = spec.replicas  # HPA/KEDA drive spec.replicas through the scale subresource
+    elif deployment is None:
+        replicas = desired_replicas_from_spec(spec)
+    else:
+        pods = await ctx.kube.list("v1", "Pod", ctx.namespace, selector_labels(owner, role))
+        current = int((deployment.get("spec") or {}).get("replicas") or 0)
+        replicas = await autoscale(ctx, info.kind, spec, pods, current, outcome)
     if isinstance(spec, RankingServiceSpec):
         manifests = render_ranking_service(owner, spec, replicas)
-        info = RANKING_SERVICE
     else:
         manifests = render_precompute(owner, spec, replicas)
-        info = SOLARIS_PRECOMPUTE
     await apply_children(ctx, info, manifests, outcome)
-    deployment = await ctx.kube.get("apps/v1", "Deployment", child_name(owner, role), ctx.namespace)
+    deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     outcome.draft.fields["selector"] = pool_selector(owner, role)
     pool_phase(outcome.draft, replicas, deployment)
 

@@ -1,42 +1,283 @@
-"""GEMTraining handlers: a headless Service, the job's ConfigMap and one pod per host.
+"""GEMTraining handlers: place the gang, create it gated and pinned, ungate it whole, restart it.
 
-Placement is left to the default scheduler here; pods are not pinned.
+One pass: observe (pods, nodes) -> react to failures (tear down, back off, re-place) -> plan
+(topology planner, only when there is no valid plan) -> apply children -> ungate when every pod
+exists -> status. Time is read once per pass and passed down.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import kopf
 
 from gem_operator.api.kinds import GEM_TRAINING
-from gem_operator.api.training import GEMTrainingSpec
+from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
+from gem_operator.controllers import gang
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, prune_children, reconcile
 from gem_operator.controllers.settings import RESYNC_SECONDS
 from gem_operator.controllers.status import observe_gang, training_phase
-from gem_operator.render.common import LABEL_ROLE, Owner
-from gem_operator.render.training import ROLE_WORKER, render_training
+from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
+from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, render_training
+from gem_operator.topology import Infeasible, Placement, cluster_view_from_objects, plan_gang
 
 INFO = GEM_TRAINING
 
 
-async def training_pass(ctx: PassContext, spec: GEMTrainingSpec, outcome: Outcome) -> None:
-    owner = Owner.from_body(dict(ctx.body))
-    children = render_training(owner, spec, resume_from=(ctx.body.get("status") or {}).get("lastCheckpoint"))
-    await apply_children(ctx, INFO, children.all(), outcome)
-    keep = {p["metadata"]["name"] for p in children.pods}
-    await prune_children(ctx, INFO, "v1", "Pod", keep, outcome, {LABEL_ROLE: ROLE_WORKER})
-    pods = [
-        p
-        for p in await ctx.kube.list(
-            "v1", "Pod", ctx.namespace, {"gem.dev/instance": ctx.name, LABEL_ROLE: ROLE_WORKER}
+def _stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_stamp(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class TrainingPass:
+    """State of one reconcile pass over one GEMTraining."""
+
+    def __init__(self, ctx: PassContext, spec: GEMTrainingSpec, outcome: Outcome) -> None:
+        self.ctx, self.spec, self.outcome = ctx, spec, outcome
+        self.owner = Owner.from_body(dict(ctx.body))
+        self.status: dict[str, Any] = dict(ctx.body.get("status") or {})
+        self.fields = outcome.draft.fields
+        self.labels = {LABEL_INSTANCE: ctx.name, LABEL_ROLE: ROLE_WORKER}
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.outcome.events.append((type_, reason, message))
+
+    def condition(self, type_: str, status: str, reason: str, message: str) -> None:
+        self.outcome.draft.condition(type_, status, reason, message)
+
+    async def pods(self) -> list[dict[str, Any]]:
+        return await self.ctx.kube.list("v1", "Pod", self.ctx.namespace, self.labels)
+
+    async def delete_pods(self, names: set[str] | None = None) -> None:
+        for pod in await self.pods():
+            name = pod["metadata"]["name"]
+            if names is None or name in names:
+                await self.ctx.kube.delete("v1", "Pod", name, self.ctx.namespace)
+
+    async def run(self) -> None:
+        spec, fields = self.spec, self.fields
+        restarts = int(self.status.get("restarts") or 0)
+        fields.update(
+            worldSize=spec.world_size,
+            nodes=spec.num_nodes,
+            restarts=restarts,
+            excludedNodes=list(self.status.get("excludedNodes") or []),
+            placement=self.status.get("placement"),
+            restartAfter=self.status.get("restartAfter"),
+            lastFailure=self.status.get("lastFailure"),
         )
-        if p["metadata"]["name"] in keep
-    ]
-    outcome.draft.fields["worldSize"] = spec.world_size
-    training_phase(outcome.draft, observe_gang(len(children.pods), pods), spec.suspend)
-    if spec.suspend and ctx.body.get("status", {}).get("phase") != "Suspended":
-        outcome.events.append(("Normal", "Suspended", "spec.suspend is true: pods removed"))
+        pods = await self.pods()
+        checkpoint = gang.newest_checkpoint([self.status.get("lastCheckpoint"), *gang.reported_checkpoints(pods)])
+        fields["lastCheckpoint"] = checkpoint
+
+        if spec.suspend:
+            await self.suspend(pods)
+            return
+        if self.status.get("phase") == "Failed":
+            # Terminal, like a Job: the pods stay for inspection; delete and re-apply to retry.
+            fields["phase"] = "Failed"
+            return
+        if pods and len(pods) == spec.num_nodes and all(p.get("status", {}).get("phase") == "Succeeded" for p in pods):
+            training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False)
+            return
+
+        nodes = {n["metadata"]["name"]: n for n in await self.ctx.kube.list("v1", "Node", None)}
+        rank_of = {p["metadata"]["name"]: int(p["metadata"]["labels"].get(LABEL_NODE_RANK, -1)) for p in pods}
+        failure = gang.detect_failure(pods, nodes, rank_of)
+        if failure is not None:
+            await self.handle_failure(failure, restarts)
+            return
+
+        stuck = gang.unschedulable(pods)
+        if stuck:
+            # The plan went stale (another pod took the planned GPUs first): re-place the whole gang.
+            # Not a failure of the job, so it costs no restart.
+            await self.delete_pods()
+            fields["placement"] = None
+            fields["phase"] = "Pending"
+            self.condition("Placed", "False", "Replacing", stuck)
+            self.event("Warning", "Replacing", stuck)
+            return
+
+        restart_after = _parse_stamp(fields.get("restartAfter"))
+        if restart_after is not None and self.ctx.now < restart_after:
+            fields["phase"] = "Restarting"
+            self.condition("Ready", "False", "BackingOff", f"restarting after {fields['restartAfter']}")
+            return
+        fields["restartAfter"] = None
+
+        node_names = await self.place(nodes)
+        if node_names is None:
+            return
+        placement = fields.get("placement") or {}
+        tiers = spec.topology.tiers
+        topology = {
+            name: {t.name: labels[t.label] for t in tiers[1:] if t.label in labels}
+            for name, node in nodes.items()
+            for labels in [node["metadata"].get("labels") or {}]
+        }
+        children = render_training(
+            self.owner,
+            spec,
+            node_names=node_names,
+            node_topology=topology,
+            resume_from=checkpoint,
+            placement_json={"planner": placement.get("planner"), "nodes": node_names, "score": placement.get("score")},
+        )
+        await apply_children(self.ctx, INFO, children.all(), self.outcome)
+        keep = {p["metadata"]["name"] for p in children.pods}
+        await prune_children(self.ctx, INFO, "v1", "Pod", keep, self.outcome, {LABEL_ROLE: ROLE_WORKER})
+        pods = [p for p in await self.pods() if p["metadata"]["name"] in keep]
+        await self.ungate_when_whole(pods)
+        if self.status.get("phase") == "Restarting":
+            self.event("Normal", "Restarted", f"gang re-created; resuming from {checkpoint or 'the start'}")
+        training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False)
+
+    async def suspend(self, pods: list[dict[str, Any]]) -> None:
+        """Suspended: no pods, no placement (Kueue admits by flipping spec.suspend)."""
+        children = render_training(self.owner, self.spec)
+        await apply_children(self.ctx, INFO, children.all(), self.outcome)
+        if pods:
+            await self.delete_pods()
+        self.fields["placement"] = None
+        self.condition("Placed", "False", "Suspended", "spec.suspend is true")
+        training_phase(self.outcome.draft, observe_gang(0, []), suspended=True)
+        if self.status.get("phase") != "Suspended":
+            self.event("Normal", "Suspended", "spec.suspend is true: the gang's pods were removed")
+
+    async def handle_failure(self, failure: gang.GangFailure, restarts: int) -> None:
+        spec, fields = self.spec, self.fields
+        fields["lastFailure"] = failure.message
+        if restarts >= spec.failure_policy.max_restarts:
+            fields["phase"] = "Failed"
+            self.condition("Failed", "True", "RestartBudgetExhausted", f"{restarts} restarts used; {failure.message}")
+            self.condition("Running", "False", "Failed", failure.message)
+            self.condition("Ready", "False", "Failed", failure.message)
+            if self.status.get("phase") != "Failed":
+                self.event("Warning", "Failed", f"restart budget ({restarts}) exhausted: {failure.message}")
+            return
+        group = self.replica_group(failure)
+        fields["excludedNodes"] = sorted({*fields["excludedNodes"], *failure.bad_nodes})
+        fields["restarts"] = restarts + 1
+        fields["restartAfter"] = _stamp(gang.restart_time(self.ctx.now, spec.failure_policy.backoff_seconds, restarts))
+        placement = dict(fields.get("placement") or {})
+        if group is None:
+            await self.delete_pods()
+            fields["placement"] = None
+            scope = "gang"
+        else:
+            names = {f"{self.ctx.name}-{ROLE_WORKER}-{r}" for r in group}
+            await self.delete_pods(names)
+            nodes = list(placement.get("nodes") or [])
+            for r in group:
+                if r < len(nodes) and nodes[r] in failure.bad_nodes:
+                    nodes[r] = ""  # re-place only what sat on a bad node
+            placement["nodes"] = nodes
+            fields["placement"] = placement
+            scope = f"replica group (node ranks {sorted(group)})"
+        fields["phase"] = "Restarting"
+        message = f"{failure.message}; restarting the {scope} after {fields['restartAfter']}"
+        self.condition("Restarting", "True", "Failure", message)
+        self.condition("Running", "False", "Restarting", message)
+        self.condition("Ready", "False", "Restarting", message)
+        self.event("Warning", "Restarting", f"restart {restarts + 1}/{spec.failure_policy.max_restarts}: {message}")
+
+    def replica_group(self, failure: gang.GangFailure) -> set[int] | None:
+        """Node ranks to restart when only the failed replica groups need it, else None (whole gang)."""
+        spec = self.spec
+        if spec.failure_policy.scope != "ReplicaGroup" or not gang.replica_groups_separable(spec):
+            return None
+        if not failure.node_ranks:
+            return None
+        group: set[int] = set()
+        for rank in failure.node_ranks:
+            group.update(gang.replica_group_ranks(spec, rank))
+        return group if len(group) < spec.num_nodes else None
+
+    async def place(self, nodes: dict[str, dict[str, Any]]) -> list[str | None] | None:
+        """The hosts by node rank: the stored plan when still valid, else a new plan (or None)."""
+        spec, fields = self.spec, self.fields
+        key = gang.plan_key(spec)
+        placement = fields.get("placement") or {}
+        current = list(placement.get("nodes") or [])
+        valid = placement.get("specKey") == key and len(current) == spec.num_nodes
+        if valid and all(current):
+            self.condition("Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {placement.get('score')}")
+            return list(current)
+        all_pods = await self.ctx.kube.list("v1", "Pod", None)
+        mine = {p["metadata"]["name"] for p in await self.pods()}
+        others = [
+            p
+            for p in all_pods
+            if p["metadata"].get("namespace") != self.ctx.namespace or p["metadata"]["name"] not in mine
+        ]
+        view = cluster_view_from_objects(list(nodes.values()), others)
+        excluded = frozenset(fields.get("excludedNodes") or [])
+        if valid:
+            # Replica-group restart: keep the hosts that are fine, plan the missing ranks as a sub-gang.
+            missing = [r for r, n in enumerate(current) if not n]
+            sub = spec.model_copy(
+                update={"parallelism": spec.parallelism.model_copy(update={"dp_replicate": 1, "world_size": None})}
+            )
+            taken = frozenset(n for n in current if n)
+            result = plan_gang(sub, view, exclude_nodes=excluded | taken) if len(missing) == sub.num_nodes else None
+            if isinstance(result, Placement):
+                for r, host in zip(missing, result.nodes, strict=True):
+                    current[r] = host
+                fields["placement"] = {**placement, "nodes": current}
+                self.event("Normal", "Placed", f"replica group re-placed on {', '.join(result.nodes)}")
+                return list(current)
+        result_full = plan_gang(spec, view, exclude_nodes=excluded)
+        if isinstance(result_full, Infeasible):
+            message = "; ".join([result_full.reason, *result_full.details])
+            fields["phase"] = "Pending"
+            fields["placement"] = None
+            self.condition("Placed", "False", "Unschedulable", message)
+            self.condition("Ready", "False", "Unschedulable", message)
+            self.condition("Running", "False", "Unschedulable", message)
+            old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
+            if old.get("message") != message:
+                self.event("Warning", "PlacementFailed", message)
+            # All-or-nothing: no pod is created for a gang that cannot be placed whole.
+            await self.delete_pods()
+            await apply_children(
+                self.ctx,
+                INFO,
+                render_training(self.owner, spec.model_copy(update={"suspend": True})).all(),
+                self.outcome,
+            )
+            return None
+        summary: PlacementSummary = result_full.summary()
+        summary.spec_key = key
+        fields["placement"] = summary.to_wire()
+        self.condition("Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {summary.score:.4g}")
+        domains = sorted({d.get("nvlink", "") for d in result_full.node_domains} - {""})
+        self.event("Normal", "Placed", f"{spec.num_nodes} pods on {', '.join(result_full.nodes)}"
+                   + (f" (NVLink domains {', '.join(domains)})" if domains else ""))  # fmt: skip
+        return list(result_full.nodes)
+
+    async def ungate_when_whole(self, pods: list[dict[str, Any]]) -> None:
+        """Remove the gang gate from every pod, but only once all of them exist."""
+        if len(pods) != self.spec.num_nodes:
+            return
+        gated = [p for p in pods if any(g.get("name") == GANG_GATE for g in p["spec"].get("schedulingGates") or [])]
+        for pod in gated:
+            gates = [g for g in pod["spec"]["schedulingGates"] if g.get("name") != GANG_GATE]
+            await self.ctx.kube.patch_merge(
+                "v1", "Pod", pod["metadata"]["name"], self.ctx.namespace, {"spec": {"schedulingGates": gates}}
+            )
+        if gated:
+            self.event("Normal", "Ungated", f"all {len(pods)} pods exist: scheduling gates removed")
+
+
+async def training_pass(ctx: PassContext, spec: GEMTrainingSpec, outcome: Outcome) -> None:
+    await TrainingPass(ctx, spec, outcome).run()
 
 
 @kopf.on.resume(INFO.group, INFO.version, INFO.plural)

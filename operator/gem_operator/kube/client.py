@@ -11,9 +11,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from lightkube import AsyncClient, codecs
+from lightkube import ALL_NS, AsyncClient, codecs
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
@@ -78,10 +79,14 @@ class KubeApi:
         return _to_dict(obj)
 
     async def list(
-        self, api_version: str, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+        self, api_version: str, kind: str, namespace: str | None, labels: Mapping[str, str] | None = None
     ) -> list[dict[str, Any]]:
+        """Objects of a kind; ``namespace=None`` means every namespace (or a cluster-scoped kind)."""
         res = _resource(api_version, kind)
-        return [_to_dict(o) async for o in self._client.list(res, namespace=namespace, labels=dict(labels or {}))]
+        if namespace is None:
+            namespace = ALL_NS if issubclass(res, NamespacedResource) else None
+        objs = self._client.list(res, namespace=namespace, labels=dict(labels or {}))
+        return [_to_dict(o) async for o in objs]
 
     async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         obj: Any = codecs.from_dict(dict(manifest))

@@ -8,7 +8,7 @@ which host each index lands on when it is used.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ ROLE_RENDEZVOUS = "rdzv"
 ROLE_CONFIG = "config"
 CONFIG_MOUNT = "/etc/gem"
 LABEL_NODE_RANK = "gem.dev/node-rank"
+# Held on every pod of a placed gang until all of its pods exist (all-or-nothing).
+GANG_GATE = "gem.dev/gang"
 
 
 def rank_coords(rank: int, shape: Sequence[int]) -> list[int]:
@@ -52,8 +54,13 @@ class TrainingChildren:
         return [self.service, self.config, *self.pods]
 
 
-def rank_map(owner: Owner, spec: GEMTrainingSpec, node_names: Sequence[str | None]) -> dict[str, Any]:
-    """Every pod's node rank, global ranks and mesh coordinates."""
+def rank_map(
+    owner: Owner,
+    spec: GEMTrainingSpec,
+    node_names: Sequence[str | None],
+    node_topology: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Any]:
+    """Every pod's node rank, host, topology domains, global ranks and mesh coordinates."""
     shape = spec.parallelism.shape
     nproc = spec.nproc_per_node
     nodes = []
@@ -64,6 +71,7 @@ def rank_map(owner: Owner, spec: GEMTrainingSpec, node_names: Sequence[str | Non
                 "nodeRank": node_rank,
                 "pod": child_name(owner, ROLE_WORKER, node_rank),
                 "node": node_names[node_rank],
+                "topology": dict((node_topology or {}).get(node_names[node_rank] or "", {})),
                 "ranks": ranks,
                 "coords": [rank_coords(r, shape) for r in ranks],
             }
@@ -158,6 +166,9 @@ def _pod(
                     wl.resources.requests.to_wire(), wl.resources.limits.to_wire(), spec.nproc_per_node
                 ),
                 "volumeMounts": [{"name": "gem-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
+                # The trainer reports its newest checkpoint here on exit (docs/contracts.md).
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "FallbackToLogsOnError",
             }
         ],
         "volumes": [{"name": "gem-config", "configMap": {"name": child_name(owner, ROLE_CONFIG)}}],
@@ -165,11 +176,33 @@ def _pod(
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     if node_name:
-        pod_spec["nodeName"] = node_name
+        # Pinned by required node affinity, not nodeName: a pod with nodeName cannot carry
+        # scheduling gates, and the gate is what makes the gang all-or-nothing.
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": spec.topology.tiers[0].label, "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+        pod_spec["schedulingGates"] = [{"name": GANG_GATE}]
     extra = {**passthrough_labels(owner), LABEL_NODE_RANK: str(node_rank)}
     meta = metadata(owner, name, ROLE_WORKER, APP, extra)
-    meta["annotations"] = {ANNOTATION_SPEC_HASH: spec_hash(pod_spec)}
+    # GEM_RESUME_FROM only matters when a pod starts; a newer checkpoint must not replace running pods.
+    meta["annotations"] = {ANNOTATION_SPEC_HASH: spec_hash(_without_resume(pod_spec))}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def _without_resume(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    container = pod_spec["containers"][0]
+    env = [e for e in container["env"] if e["name"] != "GEM_RESUME_FROM"]
+    return {**pod_spec, "containers": [{**container, "env": env}, *pod_spec["containers"][1:]]}
 
 
 def render_training(
@@ -178,8 +211,14 @@ def render_training(
     *,
     node_names: Sequence[str | None] | None = None,
     resume_from: str | None = None,
+    placement_json: Mapping[str, Any] | None = None,
+    node_topology: Mapping[str, Mapping[str, str]] | None = None,
 ) -> TrainingChildren:
-    """All children of a GEMTraining. ``spec.suspend`` renders the gang with no pods."""
+    """All children of a GEMTraining. ``spec.suspend`` renders the gang with no pods.
+
+    With ``node_names`` (by node rank) every pod is pinned to its host and gated; the caller
+    removes the gates once the whole gang exists.
+    """
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
     if len(nodes) != spec.num_nodes:
         raise ValueError(f"placement has {len(nodes)} nodes, the gang needs {spec.num_nodes}")
@@ -201,7 +240,8 @@ def render_training(
         "metadata": metadata(owner, child_name(owner, ROLE_CONFIG), ROLE_CONFIG, APP),
         "data": {
             "config.json": json.dumps(_config(owner, spec), indent=2, sort_keys=True),
-            "rankmap.json": json.dumps(rank_map(owner, spec, nodes), indent=2, sort_keys=True),
+            "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
+            "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
         },
     }
     pods = [] if spec.suspend else [_pod(owner, spec, i, nodes[i], resume_from) for i in range(spec.num_nodes)]

@@ -223,8 +223,10 @@ class EmbeddedCluster:
         events = await self.alist("v1", "events", namespace) + await self.alist("events.k8s.io/v1", "events", namespace)
         return sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
 
-    async def afail_pod(self, namespace: str, name: str, reason: str = "Error", exit_code: int = 1) -> Obj:
-        return await self.lifecycle.fail_pod(namespace, name, reason, exit_code)
+    async def afail_pod(
+        self, namespace: str, name: str, reason: str = "Error", exit_code: int = 1, message: str | None = None
+    ) -> Obj:
+        return await self.lifecycle.fail_pod(namespace, name, reason, exit_code, message)
 
     async def afail_node(self, name: str) -> Obj:
         return await self.lifecycle.fail_node(name)
@@ -249,8 +251,10 @@ class EmbeddedCluster:
     def events(self, namespace: str | None = None) -> ObjList:
         return self._sync(self.aevents(namespace))
 
-    def fail_pod(self, namespace: str, name: str, reason: str = "Error", exit_code: int = 1) -> Obj:
-        return self._sync(self.afail_pod(namespace, name, reason, exit_code))
+    def fail_pod(
+        self, namespace: str, name: str, reason: str = "Error", exit_code: int = 1, message: str | None = None
+    ) -> Obj:
+        return self._sync(self.afail_pod(namespace, name, reason, exit_code, message))
 
     def fail_node(self, name: str) -> Obj:
         return self._sync(self.afail_node(name))

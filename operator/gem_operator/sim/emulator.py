@@ -246,6 +246,11 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             self._bump(obj)
             self._objects[key] = obj
             await self._emit(res, "ADDED", obj)
+            if self._orphaned(obj):
+                # FIX: as the real garbage collector, collect a dependent whose owners are all gone
+                # (e.g. created by a controller racing with its owner's deletion).
+                await self._remove(res, key)
+                await self._collect_garbage(meta["uid"])
         if res == CRD_RESOURCE:
             for spec in crd_resources(obj):
                 self.register(spec)
@@ -404,6 +409,13 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         del self._objects[key]
         await self._emit(res, "DELETED", obj)
         return obj
+
+    def _orphaned(self, obj: Obj) -> bool:
+        refs = [r.get("uid") for r in obj["metadata"].get("ownerReferences") or []]
+        if not refs:
+            return False
+        alive = {o.raw["metadata"].get("uid") for o in self._objects.values() if not o.deleted}
+        return not any(uid in alive for uid in refs)
 
     async def _collect_garbage(self, uid: str) -> None:
         """FIX: kmock has no garbage collector. Deleting an owner deletes (cascading) every

@@ -249,8 +249,14 @@ class PodLifecycle:
 
     # -- failure injection ---------------------------------------------------------------------
 
-    async def fail_pod(self, namespace: str, name: str, reason: str = "Error", exit_code: int = 1) -> Obj:
-        """Terminate a pod as if its container exited: phase Failed, terminated exitCode."""
+    async def fail_pod(
+        self, namespace: str, name: str, reason: str = "Error", exit_code: int = 1, message: str | None = None
+    ) -> Obj:
+        """Terminate a pod as if its container exited: phase Failed, terminated exitCode.
+
+        ``message`` is the container's termination message (what it wrote to its
+        terminationMessagePath, e.g. the newest checkpoint a trainer saved).
+        """
         pod = self.emulator.get_object(PODS, namespace, name)
         if pod is None:
             raise LookupError(f"pod {namespace}/{name} not found")
@@ -259,9 +265,17 @@ class PodLifecycle:
             {
                 "name": c.get("name", f"c{i}"),
                 "image": c.get("image", ""),
+                "imageID": "",
                 "ready": False,
                 "restartCount": 0,
-                "state": {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": finished}},
+                "state": {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": reason,
+                        "finishedAt": finished,
+                        **({"message": message} if message is not None else {}),
+                    }
+                },
             }
             for i, c in enumerate((pod.get("spec") or {}).get("containers") or [])
         ]

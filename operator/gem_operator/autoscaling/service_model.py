@@ -1,0 +1,213 @@
+"""A documented model of a GPU ranking replica, for replaying traces on simulated time. Pure.
+
+Units: load is in *cost units per second*; one cost unit is one average request (the replay
+normalises request weights to mean 1). Utilisation of the pool is `load / (ready * throughput)`.
+
+Defaults and why (override any of them with `--profile FILE.json`, same keys):
+
+- `throughput_per_replica` = 200 cost units/s: one H100-class replica serving a GEM-style
+  ranker that encodes the user sequence once per request and scores ~1k candidates against it
+  (computation shared across candidates), with dynamic batching. Order of magnitude only:
+  replace with a measured profile of the real ranking server.
+- `latency_p99_ms` = p99 vs utilisation, piecewise linear: flat around 18 ms while batches
+  fill (0-50 %), a knee near 80 % (40 ms), then the queueing blow-up of a busy server
+  (90 % -> 75 ms, 100 % -> 250 ms). A batching GPU server behaves like a many-slot queue, so it
+  is flatter than M/M/1 at low load and as steep near saturation.
+- Overload (`load > capacity`): the excess queues (fluid model); every queued cost unit adds
+  `queue / capacity` seconds of waiting on top of the 100 % latency, and the queue drains once
+  capacity catches up, so a late scale-up shows as several bad minutes, not one.
+- `sm_active` = SM active vs utilisation, piecewise linear 0 % -> 0.03, 100 % -> 0.95:
+  dcgm's SM active rises about linearly with work once kernels run back to back and never
+  quite reaches 1 (launch gaps, host work between batches).
+- `pod_start_seconds` = 30 (scheduling, image already on the node, container start, CUDA
+  context) and `model_load_seconds` = 90 (about 150 GB at ~1.7 GB/s from the node or peer
+  cache, the loader's target path in design §6): a new replica serves 120 s after it is
+  created, and holds its GPUs from creation, so slow starts cost GPU-hours too.
+- `cpu_utilisation` (for an HPA-on-CPU baseline): 0.05 + 0.25 * utilisation. CPU barely moves
+  with GPU work, which is why CPU is a poor scaling signal for this server.
+- `timeout_ms` = 10 000: latency reported when nothing can serve (no Ready replica).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+Curve = tuple[tuple[float, float], ...]
+
+
+def interpolate(curve: Curve, x: float) -> float:
+    """Piecewise-linear interpolation, flat beyond the ends."""
+    xs = [p[0] for p in curve]
+    if x <= xs[0]:
+        return curve[0][1]
+    if x >= xs[-1]:
+        return curve[-1][1]
+    i = bisect_right(xs, x)
+    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class ProfileError(ValueError):
+    """A service profile file is unusable (the message names the file and the key)."""
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """Per-replica behaviour of the ranking server. See the module docstring for the numbers."""
+
+    throughput_per_replica: float = 200.0
+    latency_p99_ms: Curve = ((0.0, 18.0), (0.5, 20.0), (0.7, 28.0), (0.8, 40.0), (0.9, 75.0), (1.0, 250.0))
+    sm_active: Curve = ((0.0, 0.03), (1.0, 0.95))
+    cpu_utilisation: Curve = ((0.0, 0.05), (1.0, 0.30))
+    pod_start_seconds: float = 30.0
+    model_load_seconds: float = 90.0
+    timeout_ms: float = 10_000.0
+    source: str = field(default="defaults", compare=False)
+
+    @property
+    def startup_seconds(self) -> float:
+        return self.pod_start_seconds + self.model_load_seconds
+
+    def utilisation_for_sm(self, sm: float) -> float:
+        """Inverse of the SM curve (it is increasing): the utilisation that shows `sm`."""
+        lo, hi = 0.0, 1.0
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            if interpolate(self.sm_active, mid) < sm:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    def p99_ms(self, utilisation: float, queue_wait_s: float = 0.0) -> float:
+        return interpolate(self.latency_p99_ms, min(utilisation, 1.0)) + 1000.0 * queue_wait_s
+
+    @classmethod
+    def load(cls, path: str | Path) -> ServiceModel:
+        """Defaults replaced by the keys of a JSON profile (curves as [[x, y], ...], x ascending)."""
+        p = Path(path)
+        try:
+            raw = json.loads(p.read_text())
+        except OSError as exc:
+            raise ProfileError(f"{p}: cannot read profile: {exc.strerror or exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{p}: line {exc.lineno} column {exc.colno}: not JSON: {exc.msg}") from exc
+        return cls.from_mapping(raw, where=str(p))
+
+    @classmethod
+    def from_mapping(cls, raw: Any, where: str = "profile") -> ServiceModel:
+        if not isinstance(raw, Mapping):
+            raise ProfileError(f"{where}: a profile is a JSON object of the keys {sorted(_KEYS)}")
+        unknown = sorted(set(raw) - set(_KEYS))
+        if unknown:
+            raise ProfileError(f"{where}: unknown keys {unknown}; known keys are {sorted(_KEYS)}")
+        model = cls(source=where)
+        updates: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key in _CURVES:
+                updates[key] = _curve(value, f"{where}: {key}")
+            else:
+                if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                    raise ProfileError(f"{where}: {key} must be a number, got {value!r}")
+                if value < 0 or (key == "throughput_per_replica" and value <= 0):
+                    raise ProfileError(f"{where}: {key} must be positive, got {value!r}")
+                updates[key] = float(value)
+        return replace(model, **updates)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "throughput_per_replica": self.throughput_per_replica,
+            "latency_p99_ms": [list(p) for p in self.latency_p99_ms],
+            "sm_active": [list(p) for p in self.sm_active],
+            "cpu_utilisation": [list(p) for p in self.cpu_utilisation],
+            "pod_start_seconds": self.pod_start_seconds,
+            "model_load_seconds": self.model_load_seconds,
+            "timeout_ms": self.timeout_ms,
+        }
+
+
+_CURVES = ("latency_p99_ms", "sm_active", "cpu_utilisation")
+_KEYS = tuple(f.name for f in fields(ServiceModel) if f.name != "source")
+
+
+def _curve(value: Any, where: str) -> Curve:
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) < 2:
+        raise ProfileError(f"{where}: a curve is a list of at least two [x, y] pairs")
+    points: list[tuple[float, float]] = []
+    for i, item in enumerate(value):
+        if (
+            not isinstance(item, Sequence)
+            or isinstance(item, str)
+            or len(item) != 2
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in item)
+        ):
+            raise ProfileError(f"{where}[{i}]: expected [x, y] numbers, got {item!r}")
+        points.append((float(item[0]), float(item[1])))
+    if any(b[0] <= a[0] for a, b in itertools.pairwise(points)):
+        raise ProfileError(f"{where}: x values must increase strictly")
+    return tuple(points)
+
+
+@dataclass
+class Pool:
+    """Replicas of one policy in the simulation: creation times; ready after the startup delay."""
+
+    model: ServiceModel
+    created: list[float] = field(default_factory=list)
+    queue: float = 0.0  # cost units waiting (fluid model)
+    gpu_seconds: float = 0.0
+
+    def ready_count(self, now: float) -> int:
+        # created is sorted ascending (pods are appended at the current time).
+        return bisect_right(self.created, now - self.model.startup_seconds)
+
+    def ready_pods(self, now: float) -> list[bool]:
+        ready_after = self.model.startup_seconds
+        return [now - c >= ready_after for c in self.created]
+
+    def scale_to(self, n: int, now: float) -> None:
+        """Add new pods, or remove pods: those still starting first (newest first), then Ready ones."""
+        if n > len(self.created):
+            self.created.extend([now] * (n - len(self.created)))
+        elif n < len(self.created):
+            # created is kept sorted ascending: the newest (least ready) pods are at the end.
+            del self.created[n:]
+
+    def step(self, load: float, now: float, dt: float) -> tuple[float, float, float]:
+        """Advance dt seconds at `load` cost units/s. Returns (utilisation, sm_active, p99 ms)."""
+        self.gpu_seconds += len(self.created) * dt
+        ready = self.ready_count(now)
+        cap = ready * self.model.throughput_per_replica
+        if cap <= 0:
+            self.queue += load * dt
+            return (1.0 if load > 0 else 0.0), 0.0, self.model.timeout_ms if load > 0 else 0.0
+        self.queue = max(0.0, self.queue + (load - cap) * dt)
+        util = min(1.0, (load + (self.queue / dt if self.queue > 0 else 0.0)) / cap)
+        wait = self.queue / cap
+        p99 = min(self.model.p99_ms(util, wait), self.model.timeout_ms)
+        return util, interpolate(self.model.sm_active, util), p99
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
+    """The value below which a fraction q of the weight lies (no interpolation)."""
+    pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return 0.0
+    acc = 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= q * total - 1e-12:
+            return v
+    return pairs[-1][0]
+
+
+__all__ = ["Curve", "Pool", "ProfileError", "ServiceModel", "interpolate", "weighted_quantile"]

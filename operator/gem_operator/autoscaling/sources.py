@@ -1,0 +1,298 @@
+"""Where SM utilisation comes from: Prometheus's HTTP API, or values pushed by the embedded cluster.
+
+A source answers "per-pod SM active, with the time each was measured" or says why it cannot.
+Every failure (timeout, connection refused, HTTP error, `status != "success"`, a malformed
+body, an empty vector) becomes `MetricReading.unavailable(...)`, never a zero: a zero would
+tell the policy the pods are idle and scale them down.
+
+Sample times: an instant query returns the *evaluation* time, not when the sample was
+scraped, and Prometheus keeps returning a series for up to 5 minutes after its last scrape.
+So for the default query the source also asks for `timestamp(...)` of the raw series and uses
+the scrape time; the policy then sees staleness on its own `staleAfterSeconds` clock. A custom
+query can be paired with its own `timestamp_query`; without one, the evaluation time is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import aiohttp
+
+from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, PrometheusSource
+from gem_operator.autoscaling.policy import MetricReading, PodSample, PrecomputeSignals
+
+# Scrape time of every raw SM-active series behind DEFAULT_SM_QUERY.
+DEFAULT_SM_TIMESTAMP_QUERY = (
+    'max by (namespace, pod) (timestamp(DCGM_FI_PROF_SM_ACTIVE{namespace="$namespace", pod=~"$pods"}))'
+)
+
+
+@runtime_checkable
+class MetricSource(Protocol):
+    """Per-pod SM active (0-1) for some pods of one namespace."""
+
+    async def read(self, namespace: str, pods: Sequence[str]) -> MetricReading: ...
+
+
+def render_query(template: str, namespace: str, pods: Sequence[str]) -> str:
+    """Substitute `$namespace` and `$pods` (an anchored regex alternation of the escaped pod names)."""
+    pods_re = "|".join(_promql_regex_escape(p) for p in sorted(pods)) or "^$"
+    return template.replace("$namespace", _promql_string_escape(namespace)).replace("$pods", pods_re)
+
+
+def _promql_regex_escape(name: str) -> str:
+    # Pod names are DNS labels, but escape anyway; backslashes double inside a PromQL string.
+    return _promql_string_escape(re.escape(name))
+
+
+def _promql_string_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class PrometheusError(Exception):
+    """Prometheus could not answer a query (the message says why)."""
+
+
+class PrometheusSmActiveSource:
+    """Reads SM active per pod from Prometheus `/api/v1/query`.
+
+    `session` may be shared with other sources; if none is given, one is created per read.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        query: str = DEFAULT_SM_QUERY,
+        *,
+        timestamp_query: str | None = None,
+        timeout_seconds: float = 5.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.query = query
+        if timestamp_query is None and query == DEFAULT_SM_QUERY:
+            timestamp_query = DEFAULT_SM_TIMESTAMP_QUERY
+        self.timestamp_query = timestamp_query
+        self.timeout_seconds = timeout_seconds
+        self._session = session
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: PrometheusSource,
+        *,
+        timeout_seconds: float = 5.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> PrometheusSmActiveSource:
+        return cls(spec.url, spec.query, timeout_seconds=timeout_seconds, session=session)
+
+    async def read(self, namespace: str, pods: Sequence[str]) -> MetricReading:
+        if not pods:
+            return MetricReading.unavailable("no pods to read metrics for")
+        try:
+            if self._session is not None:
+                return await self._read(self._session, namespace, pods)
+            timeout = aiohttp.ClientTimeout(total=self.timeout_seconds)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                return await self._read(session, namespace, pods)
+        except PrometheusError as exc:
+            return MetricReading.unavailable(str(exc))
+
+    async def _read(self, session: aiohttp.ClientSession, namespace: str, pods: Sequence[str]) -> MetricReading:
+        values_q = render_query(self.query, namespace, pods)
+        if self.timestamp_query is not None:
+            ts_q = render_query(self.timestamp_query, namespace, pods)
+            values, stamps = await asyncio.gather(self._query(session, values_q), self._query(session, ts_q))
+        else:
+            values, stamps = await self._query(session, values_q), {}
+        wanted = set(pods)
+        samples: dict[str, PodSample] = {}
+        for pod, (value, eval_time) in values.items():
+            if pod not in wanted or not math.isfinite(value):
+                continue
+            stamp = stamps.get(pod)
+            # timestamp() yields the scrape time as the *value*; fall back to the evaluation time.
+            when = stamp[0] if stamp is not None and math.isfinite(stamp[0]) else eval_time
+            samples[pod] = PodSample(value=value, timestamp=when)
+        if not samples:
+            return MetricReading.unavailable(
+                f"query returned no samples for {len(wanted)} pods in namespace {namespace!r}: {values_q}"
+            )
+        return MetricReading(samples=samples)
+
+    async def _query(self, session: aiohttp.ClientSession, query: str) -> dict[str, tuple[float, float]]:
+        """pod -> (value, evaluation time). Raises PrometheusError on any failure."""
+        endpoint = f"{self.url}/api/v1/query"
+        try:
+            async with session.get(
+                endpoint,
+                params={"query": query},
+                timeout=aiohttp.ClientTimeout(total=self.timeout_seconds),
+            ) as resp:
+                text = await resp.text()
+                if resp.status != 200:
+                    raise PrometheusError(f"{endpoint} answered HTTP {resp.status}: {text[:200]}")
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError as exc:
+                    raise PrometheusError(f"{endpoint} returned a body that is not JSON: {text[:200]}") from exc
+        except TimeoutError as exc:
+            raise PrometheusError(f"{endpoint} timed out after {self.timeout_seconds:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise PrometheusError(f"{endpoint} unreachable: {exc}") from exc
+        return parse_vector(body, endpoint)
+
+
+def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float, float]]:
+    """Turn an `/api/v1/query` response into pod -> (value, evaluation time).
+
+    Raises PrometheusError for a non-success status or a result that is not an instant vector.
+    """
+    if not isinstance(body, Mapping):
+        raise PrometheusError(f"{where}: response is not a JSON object")
+    if body.get("status") != "success":
+        raise PrometheusError(f"{where}: status {body.get('status')!r}: {body.get('errorType')}: {body.get('error')}")
+    data = body.get("data")
+    if not isinstance(data, Mapping) or data.get("resultType") != "vector":
+        kind = data.get("resultType") if isinstance(data, Mapping) else None
+        raise PrometheusError(f"{where}: expected an instant vector, got resultType {kind!r}")
+    out: dict[str, tuple[float, float]] = {}
+    for item in data.get("result") or []:
+        try:
+            pod = item["metric"]["pod"]
+            stamp, raw = item["value"]
+            out[str(pod)] = (float(raw), float(stamp))
+        except (KeyError, TypeError, ValueError):
+            continue  # a series without a pod label, or a malformed sample: not usable per pod
+    return out
+
+
+class SimulatedSource:
+    """Values pushed in by the embedded cluster's simulator (or a test); same contract as Prometheus."""
+
+    def __init__(self) -> None:
+        self._samples: dict[tuple[str, str], PodSample] = {}
+        self._error: str | None = None
+        self._precompute: dict[str, PrecomputeSignals] = {}
+
+    def push_precompute(self, namespace: str, signals: PrecomputeSignals) -> None:
+        """Backlog, oldest age and ranker pressure seen by a namespace's precompute pool."""
+        self._precompute[namespace] = signals
+
+    async def read_precompute(
+        self, namespace: str, pods: Sequence[str], ranker_pods: Sequence[str], ranker_slo_ms: float | None
+    ) -> PrecomputeSignals:
+        return self._precompute.get(namespace, PrecomputeSignals())
+
+    def push(self, namespace: str, pod: str, value: float, timestamp: float) -> None:
+        self._samples[(namespace, pod)] = PodSample(value=value, timestamp=timestamp)
+
+    def forget(self, namespace: str, pod: str) -> None:
+        self._samples.pop((namespace, pod), None)
+
+    def fail(self, error: str | None) -> None:
+        """Make reads fail with `error` (None restores normal reads)."""
+        self._error = error
+
+    async def read(self, namespace: str, pods: Sequence[str]) -> MetricReading:
+        return self.read_now(namespace, pods)
+
+    def read_now(self, namespace: str, pods: Sequence[str]) -> MetricReading:
+        """Synchronous variant for simulated-time loops."""
+        if self._error is not None:
+            return MetricReading.unavailable(self._error)
+        samples = {p: self._samples[(namespace, p)] for p in pods if (namespace, p) in self._samples}
+        if not samples:
+            return MetricReading.unavailable(f"no simulated samples for {len(pods)} pods in {namespace!r}")
+        return MetricReading(samples=samples)
+
+
+# --------------------------------------------------------------------------- precompute signals
+
+# Metric names the workloads export (docs/contracts.md).
+BACKLOG_QUERY = 'sum(gem_precompute_backlog{namespace="$namespace", pod=~"$pods"})'
+OLDEST_AGE_QUERY = 'max(gem_precompute_oldest_item_age_seconds{namespace="$namespace", pod=~"$pods"})'
+RANKER_P99_QUERY = (
+    "histogram_quantile(0.99, sum by (le) "
+    '(rate(gem_ranking_request_seconds_bucket{namespace="$namespace", pod=~"$pods"}[1m])))'
+)
+
+
+@runtime_checkable
+class PrecomputeSignalSource(Protocol):
+    """Backlog, oldest-item age and the linked ranker's p99 for a SolarisPrecompute pool."""
+
+    async def read_precompute(
+        self, namespace: str, pods: Sequence[str], ranker_pods: Sequence[str], ranker_slo_ms: float | None
+    ) -> PrecomputeSignals: ...
+
+
+def _scalar(body: Any, where: str) -> float | None:
+    """The single value of an aggregated instant vector; None when empty or not finite."""
+    if not isinstance(body, Mapping) or body.get("status") != "success":
+        raise PrometheusError(f"{where}: status {body.get('status') if isinstance(body, Mapping) else body!r}")
+    result = (body.get("data") or {}).get("result") or []
+    if not result:
+        return None
+    try:
+        value = float(result[0]["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise PrometheusError(f"{where}: malformed sample {result[0]!r}") from exc
+    return value if math.isfinite(value) else None
+
+
+class PrometheusPrecomputeSignals:
+    """Reads the precompute pool's queue and the ranker's latency from Prometheus.
+
+    A signal that cannot be read is None (unknown), never zero: the policy then neither scales
+    down on backlog nor yields GPUs on a latency it did not see.
+    """
+
+    def __init__(self, url: str, *, timeout_seconds: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
+
+    async def _value(self, session: aiohttp.ClientSession, query: str) -> float | None:
+        endpoint = f"{self.url}/api/v1/query"
+        try:
+            async with session.get(endpoint, params={"query": query}) as resp:
+                if resp.status != 200:
+                    return None
+                return _scalar(await resp.json(content_type=None), endpoint)
+        except (TimeoutError, aiohttp.ClientError, ValueError, PrometheusError):
+            return None
+
+    async def read_precompute(
+        self, namespace: str, pods: Sequence[str], ranker_pods: Sequence[str], ranker_slo_ms: float | None
+    ) -> PrecomputeSignals:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_seconds)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            backlog = await self._value(session, render_query(BACKLOG_QUERY, namespace, pods)) if pods else None
+            age = await self._value(session, render_query(OLDEST_AGE_QUERY, namespace, pods)) if pods else None
+            p99 = None
+            if ranker_pods and ranker_slo_ms is not None:
+                p99 = await self._value(session, render_query(RANKER_P99_QUERY, namespace, ranker_pods))
+        over = p99 is not None and ranker_slo_ms is not None and p99 * 1000.0 > ranker_slo_ms
+        return PrecomputeSignals(
+            backlog=None if backlog is None else int(backlog),
+            oldest_item_age_seconds=age,
+            ranker_over_slo=over,
+            ranker_message=f"ranker p99 {p99 * 1000.0:.0f} ms > SLO {ranker_slo_ms:g} ms" if over and p99 else "",
+        )
+
+
+__all__ = [
+    "DEFAULT_SM_TIMESTAMP_QUERY",
+    "MetricSource",
+    "PrecomputeSignalSource",
+    "PrometheusError",
+    "PrometheusPrecomputeSignals",
+    "PrometheusSmActiveSource",
+    "SimulatedSource",
+    "parse_vector",
+    "render_query",
+]

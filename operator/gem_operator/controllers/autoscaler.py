@@ -1,0 +1,134 @@
+"""The built-in SM-utilisation autoscaler, one sync inside each pool's reconcile pass.
+
+Running it inside the pass (not as a second timer) keeps one writer of the pool's status, so
+conditions from the pool and from the autoscaler never overwrite each other. The policy itself is
+pure (autoscaling/policy.py); this module only gathers its inputs and records its decision.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
+from gem_operator.autoscaling.policy import (
+    Observation,
+    PrecomputeSignals,
+    ScalerState,
+    desired_replicas,
+    pod_states,
+)
+from gem_operator.autoscaling.sources import (
+    MetricSource,
+    PrecomputeSignalSource,
+    PrometheusPrecomputeSignals,
+    PrometheusSmActiveSource,
+)
+from gem_operator.controllers import metrics
+from gem_operator.controllers.reconcile import Outcome, PassContext
+from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND, LABEL_ROLE
+from gem_operator.render.serving import ROLE_SERVER
+from gem_operator.topology import cluster_view_from_objects
+
+SourceFactory = Callable[[AutoscalingSpec], MetricSource]
+SignalFactory = Callable[[AutoscalingSpec], PrecomputeSignalSource]
+_sources: dict[str, Any] = {}
+
+
+def use_metric_sources(sm: SourceFactory | None, precompute: SignalFactory | None = None) -> None:
+    """Replace where the autoscaler reads its signals (the embedded cluster's simulated DCGM).
+
+    The default reads Prometheus at ``spec.autoscaling.metrics.prometheus.url``.
+    """
+    _sources["sm"] = sm
+    _sources["precompute"] = precompute
+
+
+def _sm_source(spec: AutoscalingSpec) -> MetricSource:
+    factory = _sources.get("sm")
+    return factory(spec) if factory else PrometheusSmActiveSource.from_spec(spec.metrics.prometheus)
+
+
+def _precompute_source(spec: AutoscalingSpec) -> PrecomputeSignalSource:
+    factory = _sources.get("precompute")
+    return factory(spec) if factory else PrometheusPrecomputeSignals(spec.metrics.prometheus.url)
+
+
+def free_gpus(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> int:
+    """GPUs free on schedulable nodes: what a scale-up can actually get."""
+    view = cluster_view_from_objects(list(nodes), list(pods))
+    return sum(h.free_gpus for h in view.hosts if h.ready and not h.unschedulable)
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _precompute_signals(ctx: PassContext, spec: SolarisPrecomputeSpec, pods: Sequence[str]) -> PrecomputeSignals:
+    ranker_pods: list[str] = []
+    slo_ms: float | None = None
+    if spec.autoscaling.yield_to:
+        ranker = await ctx.kube.get("gem.dev/v1alpha1", "RankingService", spec.autoscaling.yield_to, ctx.namespace)
+        if ranker is not None:
+            slo_ms = float(((ranker.get("spec") or {}).get("slo") or {}).get("p99LatencyMs", 50.0))
+            labels = {LABEL_KIND: "rankingservice", LABEL_INSTANCE: spec.autoscaling.yield_to, LABEL_ROLE: ROLE_SERVER}
+            ranker_pods = [p["metadata"]["name"] for p in await ctx.kube.list("v1", "Pod", ctx.namespace, labels)]
+    return await _precompute_source(spec.autoscaling).read_precompute(ctx.namespace, pods, ranker_pods, slo_ms)
+
+
+async def autoscale(
+    ctx: PassContext,
+    kind: str,
+    spec: RankingServiceSpec | SolarisPrecomputeSpec,
+    pods: Sequence[Mapping[str, Any]],
+    current: int,
+    outcome: Outcome,
+) -> int:
+    """One autoscaler sync: returns the replicas the pool should have now."""
+    scaling = spec.autoscaling
+    status = ctx.body.get("status") or {}
+    try:
+        state = ScalerState.from_dict(json.loads(status.get("scalerState") or "{}"))
+    except ValueError:
+        state = ScalerState()  # forgetting history is safe: windows restart empty
+    states = pod_states(pods)
+    serving = [s.name for s in states if s.serving]
+    reading = await _sm_source(scaling).read(ctx.namespace, serving or [s.name for s in states])
+    nodes = await ctx.kube.list("v1", "Node", None)
+    all_pods = await ctx.kube.list("v1", "Pod", None)
+    precompute = None
+    if isinstance(spec, SolarisPrecomputeSpec):
+        precompute = await _precompute_signals(ctx, spec, [s.name for s in states])
+    observation = Observation(
+        current_replicas=current,
+        pods=states,
+        metrics=reading,
+        gpus_per_replica=spec.gpus_per_replica,
+        free_gpus=free_gpus(nodes, all_pods) if spec.gpus_per_replica else None,
+        precompute=precompute,
+    )
+    decision = desired_replicas(scaling, state, observation, ctx.now.timestamp())
+    fields = outcome.draft.fields
+    fields["scalerState"] = json.dumps(decision.state.to_dict(), separators=(",", ":"))
+    fields["lastScaleTime"] = status.get("lastScaleTime")
+    fields["lastScaleReason"] = status.get("lastScaleReason")
+    if decision.metric_value is not None and decision.metric_timestamp is not None:
+        fields["lastMetric"] = {"value": round(decision.metric_value, 4), "timestamp": _iso(decision.metric_timestamp)}
+    else:
+        fields["lastMetric"] = status.get("lastMetric")
+    for cond in decision.conditions:
+        outcome.draft.condition(cond.type, cond.status, cond.reason, cond.message)
+    if decision.desired_replicas != current:
+        fields["lastScaleTime"] = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        fields["lastScaleReason"] = decision.message
+        direction = "up" if decision.desired_replicas > current else "down"
+        metrics.SCALING_DECISIONS.labels(kind, direction, decision.reason).inc()
+        outcome.events.append(
+            ("Normal", "Scaled", f"{current} -> {decision.desired_replicas} replicas: {decision.message}")
+        )
+    if decision.metric_value is not None:
+        metrics.SM_ACTIVE.labels(kind, ctx.namespace, ctx.name).set(decision.metric_value)
+    return decision.desired_replicas

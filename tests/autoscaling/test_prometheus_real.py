@@ -1,0 +1,197 @@
+"""Real Prometheus (Debian's /usr/bin/prometheus) scraping a real prometheus-client exporter.
+
+The exporter publishes DCGM_FI_PROF_SM_ACTIVE{namespace,pod} like dcgm-exporter; Prometheus
+scrapes it every second; the source reads it through /api/v1/query; the policy decides. Then
+the exporter stops (series go stale), and Prometheus stops: both are 'unavailable', and the
+policy holds instead of scaling down. Loopback only; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.policy import (
+    METRICS_UNAVAILABLE,
+    MetricReading,
+    Observation,
+    PodState,
+    ScalerState,
+    desired_replicas,
+)
+from gem_operator.autoscaling.sources import PrometheusSmActiveSource
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PODS = ["ads-ranker-0", "ads-ranker-1", "ads-ranker-2", "ads-ranker-3"]
+NS = "team-ads"
+
+pytestmark = [
+    pytest.mark.servers,
+    pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="prometheus binary not installed"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Exporter:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.gauge = Gauge(
+            "DCGM_FI_PROF_SM_ACTIVE",
+            "Ratio of cycles an SM has at least 1 warp assigned.",
+            ["namespace", "pod", "gpu"],
+            registry=self.registry,
+        )
+        self.port = free_port()
+        server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
+        self.server: Any = server
+
+    def set(self, value: float) -> None:
+        for i, pod in enumerate(PODS):
+            self.gauge.labels(namespace=NS, pod=pod, gpu=str(i)).set(value)
+        # A pod of another namespace must not leak into the reading.
+        self.gauge.labels(namespace="other", pod=PODS[0], gpu="9").set(0.01)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+@pytest.fixture
+def exporter() -> Iterator[Exporter]:
+    exp = Exporter()
+    yield exp
+    exp.stop()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, exporter: Exporter) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: dcgm\n"
+        "    scrape_interval: 1s\n"
+        "    scrape_timeout: 1s\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]\n"
+    )
+    log = (tmp_path / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        log.close()
+
+
+async def wait_for(read: PrometheusSmActiveSource, check: object, within: float = 20.0) -> MetricReading:
+    deadline = time.monotonic() + within
+    last: MetricReading | None = None
+    while time.monotonic() < deadline:
+        last = await read.read(NS, PODS)
+        if check(last):  # type: ignore[operator]
+            return last
+        await asyncio.sleep(0.3)
+    pytest.fail(f"condition not met within {within}s; last reading: {last}")
+
+
+def observe(reading: MetricReading, n: int = 4) -> Observation:
+    return Observation(current_replicas=n, pods=[PodState(p, ready=True) for p in PODS[:n]], metrics=reading)
+
+
+async def test_prometheus_source_and_policy_end_to_end(
+    exporter: Exporter, prometheus: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    url, proc = prometheus
+    spec = AutoscalingSpec.model_validate(
+        {
+            "minReplicas": 1,
+            "maxReplicas": 20,
+            "targetSmActive": 0.6,
+            "stabilizationSeconds": {"down": 0},
+            "metrics": {"prometheus": {"url": url}, "staleAfterSeconds": 10},
+        }
+    )
+    async with aiohttp.ClientSession() as session:
+        source = PrometheusSmActiveSource.from_spec(spec.metrics.prometheus, timeout_seconds=2, session=session)
+
+        # Busy pods: scale up.
+        exporter.set(0.8)
+        reading = await wait_for(source, lambda r: len(r.samples) == 4 and r.samples[PODS[0]].value > 0.75)
+        now = time.time()
+        assert all(abs(now - s.timestamp) < 10 for s in reading.samples.values())
+        state = ScalerState()
+        d = desired_replicas(spec, state, observe(reading), now)
+        assert d.desired_replicas == 6  # ceil(4 * 0.8 / 0.6)
+        assert d.condition(METRICS_UNAVAILABLE).status == "False"
+        state = d.state
+
+        # Idle pods: scale down (down window 0 s in this spec).
+        exporter.set(0.15)
+        reading = await wait_for(source, lambda r: len(r.samples) == 4 and r.samples[PODS[0]].value < 0.2)
+        d = desired_replicas(spec, state, observe(reading), time.time())
+        assert d.desired_replicas == 1
+        state = d.state
+
+        # Prometheus stops mid-run: unavailable, MetricsUnavailable, hold (no scale-down).
+        proc.terminate()
+        proc.wait(timeout=10)
+        reading = await source.read(NS, PODS)
+        assert reading.error is not None and reading.samples == {}
+        d = desired_replicas(spec, state, observe(reading), time.time())
+        assert d.desired_replicas == 4
+        assert d.condition(METRICS_UNAVAILABLE).status == "True"
+        assert d.condition(METRICS_UNAVAILABLE).reason == "SourceError"
+
+
+async def test_stopped_exporter_goes_stale_not_zero(
+    exporter: Exporter, prometheus: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    url, _ = prometheus
+    spec = AutoscalingSpec.model_validate(
+        {"targetSmActive": 0.6, "stabilizationSeconds": {"down": 0}, "metrics": {"prometheus": {"url": url}}}
+    )
+    source = PrometheusSmActiveSource(url, timeout_seconds=2)
+    exporter.set(0.05)
+    await wait_for(source, lambda r: len(r.samples) == 4)
+    exporter.stop()
+    # A failed scrape marks the series stale: the vector empties, the reading is unavailable.
+    reading = await wait_for(source, lambda r: r.error is not None, within=15)
+    assert "no samples" in (reading.error or "")
+    d = desired_replicas(spec, ScalerState(), observe(reading), time.time())
+    assert d.desired_replicas == 4
+    assert d.condition(METRICS_UNAVAILABLE).status == "True"

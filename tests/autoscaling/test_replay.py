@@ -1,0 +1,307 @@
+"""Trace replay on simulated time: parsing, the service model, reports, plots, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gem_operator.autoscaling.replay import (
+    HPA_RPS,
+    POLICY,
+    STATIC_PEAK,
+    LoadSeries,
+    TraceError,
+    load_service,
+    load_trace,
+    main,
+    plot_report,
+    run_replay,
+    simulate,
+    to_series,
+)
+from gem_operator.autoscaling.service_model import (
+    Pool,
+    ProfileError,
+    ServiceModel,
+    interpolate,
+    weighted_quantile,
+)
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "azure-llm-2023-code.csv"
+
+SERVICE_YAML = """\
+apiVersion: gem.dev/v1alpha1
+kind: RankingService
+metadata: {name: test-ranker, namespace: default}
+spec:
+  gpusPerReplica: 1
+  model: {uri: s3://models/ranker}
+  slo: {p99LatencyMs: 40}
+  autoscaling: {minReplicas: 2, maxReplicas: 40, targetSmActive: 0.6}
+"""
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Path:
+    p = tmp_path / "rks.yaml"
+    p.write_text(SERVICE_YAML)
+    return p
+
+
+def step_trace(tmp_path: Path) -> Path:
+    """Pre-aggregated JSONL: 500 req/s for 10 min, 1,500 req/s for 20 min, 500 req/s for 20 min."""
+    lines = []
+    for t in range(3000):
+        rate = 1500 if 600 <= t < 1800 else 500
+        lines.append(json.dumps({"t": t, "count": rate, "cost": rate}))
+    p = tmp_path / "step.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def test_service_model_curves() -> None:
+    m = ServiceModel()
+    assert interpolate(m.latency_p99_ms, 0.0) == 18.0
+    assert interpolate(m.latency_p99_ms, 0.75) == pytest.approx(34.0)
+    assert interpolate(m.latency_p99_ms, 2.0) == 250.0
+    u = m.utilisation_for_sm(0.6)
+    assert interpolate(m.sm_active, u) == pytest.approx(0.6, abs=1e-6)
+    assert m.startup_seconds == 120.0
+    assert weighted_quantile([1, 2, 100], [50, 49, 1], 0.99) == 2
+    assert weighted_quantile([1, 2, 100], [50, 48, 2], 0.99) == 100
+
+
+def test_pool_readiness_queue_and_gpu_time() -> None:
+    m = ServiceModel()
+    pool = Pool(m)
+    pool.scale_to(2, 0.0)
+    assert pool.ready_count(119.0) == 0 and pool.ready_count(120.0) == 2
+    util, sm, p99 = pool.step(100.0, 10.0, 1.0)
+    assert p99 == m.timeout_ms and sm == 0.0  # nothing serves yet
+    pool.queue = 0.0
+    util, sm, p99 = pool.step(200.0, 130.0, 1.0)  # 2 replicas * 200 = 400 capacity
+    assert util == pytest.approx(0.5) and p99 == pytest.approx(20.0)
+    util, sm, p99 = pool.step(800.0, 131.0, 1.0)  # overload: queue of 400 units = 1 s of waiting
+    assert pool.queue == pytest.approx(400.0) and p99 == pytest.approx(250.0 + 1000.0)
+    assert pool.gpu_seconds == pytest.approx(6.0)
+    pool.scale_to(1, 140.0)
+    assert len(pool.created) == 1
+
+
+def test_profile_replaces_defaults(tmp_path: Path) -> None:
+    p = tmp_path / "profile.json"
+    p.write_text(
+        json.dumps({"throughput_per_replica": 50, "model_load_seconds": 300, "latency_p99_ms": [[0, 5], [1, 100]]})
+    )
+    m = ServiceModel.load(p)
+    assert m.throughput_per_replica == 50 and m.startup_seconds == 330
+    assert m.latency_p99_ms == ((0.0, 5.0), (1.0, 100.0))
+    assert m.sm_active == ServiceModel().sm_active
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "line 1 column 2"),
+        ('{"throughput": 5}', "unknown keys ['throughput']"),
+        ('{"throughput_per_replica": 0}', "must be positive"),
+        ('{"throughput_per_replica": "fast"}', "must be a number"),
+        ('{"sm_active": [[0, 1], [0, 2]]}', "x values must increase"),
+        ('{"sm_active": [[0, 1], [1]]}', "sm_active[1]"),
+        ("[1, 2]", "JSON object"),
+    ],
+)
+def test_bad_profiles(tmp_path: Path, content: str, message: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    with pytest.raises(ProfileError) as exc:
+        ServiceModel.load(p)
+    assert str(p) in str(exc.value) and message in str(exc.value)
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def test_csv_trace_parsing_and_cost_column(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,100\n2023-11-16 18:17:05.5,300\n\n")
+    a = load_trace(p)
+    assert a.times[1] - a.times[0] == pytest.approx(1.52004, abs=1e-4)
+    assert a.costs == [1.0, 1.0]
+    w = load_trace(p, cost_column="ContextTokens")
+    assert w.costs == [0.5, 1.5]  # normalised to mean 1
+    s = to_series(w, scale=10, smooth_seconds=1)
+    assert s.seconds == 2 and s.cost.tolist() == [5.0, 15.0] and s.requests.tolist() == [10.0, 10.0]
+
+
+def test_numeric_timestamps_and_sniffing(tmp_path: Path) -> None:
+    p = tmp_path / "trace.txt"
+    p.write_text("TIMESTAMP\n0\n0.5\n3\n")
+    assert load_trace(p).times == [0.0, 0.5, 3.0]
+    j = tmp_path / "trace.data"
+    j.write_text('{"t": 1, "cost": 2.5}\n{"t": 0}\n')
+    a = load_trace(j)
+    assert a.costs == [2.5, 1.0] and a.counts == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("a.csv", "", "empty file"),
+        ("a.csv", "time,cost\n1,2\n", "line 1: no TIMESTAMP column (columns: time, cost)"),
+        ("a.csv", "TIMESTAMP\n", "no requests"),
+        (
+            "a.csv",
+            "TIMESTAMP,x\n2023-11-16 18:17:03,1\nyesterday,2\n",
+            "line 3, column TIMESTAMP: cannot parse 'yesterday'",
+        ),
+        ("a.csv", "TIMESTAMP,x\n1,2,3\n", "line 2: 3 fields, the header has 2"),
+        ("a.jsonl", '{"t": 1}\n{"t": 2, "cost": }\n', "line 2, column 18: invalid JSON"),
+        ("a.jsonl", '{"t": 1}\n{"cost": 2}\n', "line 2: missing key 't'"),
+        ("a.jsonl", '{"t": -1}\n', "line 1, key 't': expected a number >= 0"),
+        ("a.jsonl", '{"t": 1, "cost": "big"}\n', "line 1, key 'cost'"),
+        ("a.jsonl", "[1, 2]\n", "line 1: expected an object"),
+        ("a.jsonl", "\n\n", "no requests"),
+    ],
+)
+def test_bad_traces_name_file_line_and_column(tmp_path: Path, name: str, content: str, message: str) -> None:
+    p = tmp_path / name
+    p.write_text(content)
+    with pytest.raises(TraceError) as exc:
+        load_trace(p)
+    assert str(exc.value).startswith(str(p))
+    assert message in str(exc.value)
+
+
+def test_bad_cost_column(tmp_path: Path) -> None:
+    p = tmp_path / "a.csv"
+    p.write_text("TIMESTAMP,tokens\n1,10\n2,lots\n")
+    with pytest.raises(TraceError, match=r"line 3, column tokens: 'lots' is not a number"):
+        load_trace(p, cost_column="tokens")
+    with pytest.raises(TraceError, match="no column 'nope'"):
+        load_trace(p, cost_column="nope")
+    with pytest.raises(TraceError, match="cannot read trace"):
+        load_trace(p.with_name("missing.csv"))
+
+
+def test_bad_service_files(tmp_path: Path) -> None:
+    p = tmp_path / "svc.yaml"
+    p.write_text(
+        "kind: RankingService\nspec:\n  autoscaling: {minReplicas: 5, maxReplicas: 2}\n  model: {uri: s3://x/y}\n"
+    )
+    with pytest.raises(TraceError, match=r"svc.yaml: spec.autoscaling"):
+        load_service(p)
+    p.write_text("kind: SolarisPrecompute\n")
+    with pytest.raises(TraceError, match="no RankingService"):
+        load_service(p)
+    p.write_text("kind: [\n")
+    with pytest.raises(TraceError, match="line 2, column 1: invalid YAML"):
+        load_service(p)
+
+
+# --------------------------------------------------------------------------- replays
+
+
+def test_step_load_policy_follows_and_beats_static(tmp_path: Path, service: Path) -> None:
+    report = run_replay(step_trace(tmp_path), service, smooth_seconds=1)
+    pol, static, rps = (report.results[k] for k in (POLICY, STATIC_PEAK, HPA_RPS))
+    per_replica = 0.6 * 200  # about the load one replica carries at the 0.6 SM target
+    assert static.peak_replicas == int(np.ceil(1500 / (ServiceModel().utilisation_for_sm(0.6) * 200)))
+    # Scales up for the high phase, back down afterwards, within bounds.
+    assert pol.replicas_per_minute[5] < pol.replicas_per_minute[25]
+    assert pol.replicas_per_minute[-1] < pol.replicas_per_minute[25]
+    assert min(pol.replicas_per_minute) >= 2 and pol.peak_replicas <= 40
+    assert pol.peak_replicas >= 1500 / per_replica
+    assert pol.gpu_hours < static.gpu_hours
+    # The step is 3x: a couple of bad minutes while replicas load, then fine.
+    assert 1 <= pol.slo_violation_minutes <= 6
+    assert static.slo_violation_minutes == 0
+    assert pol.direction_changes_per_hour <= 4
+    assert rps.scaling_events >= 2
+    d = report.to_dict()
+    assert set(d["policy"]) >= {
+        "gpu_hours",
+        "slo_violation_minutes",
+        "direction_changes_per_hour",
+        "peak_replicas",
+    }
+    assert set(d["baselines"]) == {"static_peak", "hpa_rps"}
+    assert d["duration_seconds"] == 3000 and len(d["timeline"]) == 50
+    assert set(d["timeline"][0]["policy"]) == {"replicas", "sm_active", "p99_ms"}
+    json.dumps(d)
+
+
+def test_scale_keeps_the_time_axis(tmp_path: Path) -> None:
+    a = load_trace(step_trace(tmp_path))
+    one, two = to_series(a, scale=1), to_series(a, scale=2)
+    assert one.seconds == two.seconds
+    assert float(two.cost.sum()) == pytest.approx(2 * float(one.cost.sum()))
+    with pytest.raises(TraceError, match="--scale"):
+        to_series(a, scale=0)
+
+
+def test_replay_is_deterministic(service: Path, tmp_path: Path) -> None:
+    t = step_trace(tmp_path)
+    a, b = run_replay(t, service), run_replay(t, service)
+    assert a.to_dict() == b.to_dict()
+
+
+def test_shared_trace_slice(tmp_path: Path, service: Path) -> None:
+    if not SHARED.exists():
+        pytest.skip("shared trace not present")
+    lines = SHARED.read_text().splitlines()[:2500]  # about the first 20 minutes
+    p = tmp_path / "slice.csv"
+    p.write_text("\n".join(lines) + "\n")
+    report = run_replay(p, service, scale=40, cost_column="ContextTokens")
+    pol, static = report.results[POLICY], report.results[STATIC_PEAK]
+    assert report.minutes >= 15
+    assert static.slo_violation_minutes == 0
+    assert pol.gpu_hours < static.gpu_hours
+    assert pol.scaling_events >= 1
+    table = report.to_table()
+    assert "policy" in table and "static_peak" in table and "hpa_rps" in table
+
+
+def test_cluster_gpus_cap_the_policy(tmp_path: Path, service: Path) -> None:
+    report = run_replay(step_trace(tmp_path), service, cluster_gpus=6)
+    assert report.results[POLICY].peak_replicas <= 6
+
+
+def test_main_json_table_and_plot(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = step_trace(tmp_path)
+    png = tmp_path / "replay.png"
+    assert main(["--trace", str(trace), "--service", str(service), "--output", "json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"]["peak_replicas"] >= 10
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["--trace", str(trace), "--service", str(service), "--scale", "0.5"]) == 0
+    assert "GPU-h" in capsys.readouterr().out
+
+
+def test_main_reports_bad_input(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"t": 0}\n{"t": oops}\n')
+    assert main(["--trace", str(bad), "--service", str(service)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl: line 2, column 7" in err
+    prof = tmp_path / "p.json"
+    prof.write_text("{}")
+    assert main(["--trace", str(step_trace(tmp_path)), "--service", str(service), "--profile", str(prof)]) == 0
+
+
+def test_plot_from_simulate(tmp_path: Path) -> None:
+    from gem_operator.api.serving import RankingServiceSpec
+
+    spec = RankingServiceSpec.model_validate(
+        {"model": {"uri": "s3://m/r"}, "autoscaling": {"minReplicas": 1, "maxReplicas": 10}}
+    )
+    load = np.full(600, 300.0)
+    report = simulate(LoadSeries(cost=load, requests=load), spec, ServiceModel())
+    out = plot_report(report, tmp_path / "p.png", title="flat")
+    assert out.exists()

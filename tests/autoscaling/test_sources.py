@@ -1,0 +1,179 @@
+"""Metric sources: every failure is 'unavailable', never zero. Fake Prometheus on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, PrometheusSource
+from gem_operator.autoscaling.policy import MetricReading
+from gem_operator.autoscaling.sources import (
+    DEFAULT_SM_TIMESTAMP_QUERY,
+    MetricSource,
+    PrometheusSmActiveSource,
+    SimulatedSource,
+    render_query,
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def vector(*items: tuple[str, float, float]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": {"namespace": "ns", "pod": pod}, "value": [ts, str(v)]} for pod, v, ts in items],
+        },
+    }
+
+
+@pytest.fixture
+async def fake_prom() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(handler: Handler) -> str:
+        app = web.Application()
+        app.router.add_get("/api/v1/query", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for r in runners:
+        await r.cleanup()
+
+
+def test_render_query_substitutes_and_escapes() -> None:
+    q = render_query(DEFAULT_SM_QUERY, "team-a", ["ranker-1", "ranker-0"])
+    assert 'namespace="team-a"' in q
+    assert 'pod=~"ranker\\\\-0|ranker\\\\-1"' in q
+    assert "$" not in q
+    assert render_query('x{pod=~"$pods"}', "ns", []) == 'x{pod=~"^$"}'
+    assert '\\"' in render_query('x{namespace="$namespace"}', 'we"ird', ["p"])
+
+
+async def test_reads_values_with_scrape_timestamps(fake_prom: Callable[[Handler], Awaitable[str]]) -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        q = request.query["query"]
+        seen.append(q)
+        if q.startswith("max by (namespace, pod) (timestamp("):
+            return web.json_response(vector(("p0", 990.0, 1000.0), ("p1", 995.0, 1000.0)))
+        return web.json_response(vector(("p0", 0.7, 1000.0), ("p1", 0.2, 1000.0), ("other", 0.9, 1000.0)))
+
+    src = PrometheusSmActiveSource(await fake_prom(handler))
+    assert isinstance(src, MetricSource)
+    reading = await src.read("ns", ["p0", "p1"])
+    assert reading.error is None
+    assert reading.samples["p0"].value == pytest.approx(0.7)
+    assert reading.samples["p0"].timestamp == 990.0  # the scrape time, not the evaluation time
+    assert reading.samples["p1"].timestamp == 995.0
+    assert "other" not in reading.samples
+    assert len(seen) == 2 and any("timestamp(" in q for q in seen)
+    assert DEFAULT_SM_TIMESTAMP_QUERY.startswith("max by")
+
+
+async def test_custom_query_uses_evaluation_time(fake_prom: Callable[[Handler], Awaitable[str]]) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        assert request.query["query"] == 'my_sm{ns="ns"}'
+        return web.json_response(vector(("p0", 0.4, 1234.5)))
+
+    spec = PrometheusSource(url=await fake_prom(handler), query='my_sm{ns="$namespace"}')
+    reading = await PrometheusSmActiveSource.from_spec(spec).read("ns", ["p0"])
+    assert reading.samples["p0"].timestamp == 1234.5
+
+
+async def _fails_with(fake_prom: Callable[[Handler], Awaitable[str]], handler: Handler, **kw: Any) -> MetricReading:
+    src = PrometheusSmActiveSource(await fake_prom(handler), **kw)
+    reading = await src.read("ns", ["p0"])
+    assert reading.error is not None
+    assert reading.samples == {}
+    return reading
+
+
+async def test_http_error_is_unavailable(fake_prom: Callable[[Handler], Awaitable[str]]) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=503, text="overloaded")
+
+    r = await _fails_with(fake_prom, handler)
+    assert "HTTP 503" in (r.error or "")
+
+
+async def test_error_status_is_unavailable(fake_prom: Callable[[Handler], Awaitable[str]]) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"status": "error", "errorType": "bad_data", "error": "parse error"})
+
+    r = await _fails_with(fake_prom, handler)
+    assert "parse error" in (r.error or "")
+
+
+async def test_non_json_and_wrong_result_type_are_unavailable(
+    fake_prom: Callable[[Handler], Awaitable[str]],
+) -> None:
+    async def not_json(request: web.Request) -> web.Response:
+        return web.Response(text="<html>proxy login</html>")
+
+    async def matrix(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": []}})
+
+    assert "not JSON" in ((await _fails_with(fake_prom, not_json)).error or "")
+    assert "matrix" in ((await _fails_with(fake_prom, matrix)).error or "")
+
+
+async def test_empty_vector_and_nan_are_unavailable_not_zero(
+    fake_prom: Callable[[Handler], Awaitable[str]],
+) -> None:
+    async def empty(request: web.Request) -> web.Response:
+        return web.json_response(vector())
+
+    async def nan(request: web.Request) -> web.Response:
+        return web.json_response(vector(("p0", float("nan"), 1.0)))
+
+    assert "no samples" in ((await _fails_with(fake_prom, empty)).error or "")
+    await _fails_with(fake_prom, nan)
+
+
+async def test_timeout_is_unavailable(fake_prom: Callable[[Handler], Awaitable[str]]) -> None:
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(1)
+        return web.json_response(vector(("p0", 0.5, 1.0)))
+
+    r = await _fails_with(fake_prom, slow, timeout_seconds=0.3)
+    assert "timed out" in (r.error or "")
+
+
+async def test_connection_refused_is_unavailable() -> None:
+    src = PrometheusSmActiveSource("http://127.0.0.1:9", timeout_seconds=2)
+    reading = await src.read("ns", ["p0"])
+    assert reading.error is not None and "unreachable" in reading.error
+
+
+async def test_no_pods_is_unavailable() -> None:
+    reading = await PrometheusSmActiveSource("http://127.0.0.1:9").read("ns", [])
+    assert reading.error is not None
+
+
+async def test_simulated_source() -> None:
+    src = SimulatedSource()
+    assert isinstance(src, MetricSource)
+    assert (await src.read("ns", ["a"])).error is not None
+    src.push("ns", "a", 0.5, 100.0)
+    src.push("other", "a", 0.9, 100.0)
+    reading = await src.read("ns", ["a", "b"])
+    assert reading.error is None and set(reading.samples) == {"a"}
+    assert reading.samples["a"].value == 0.5
+    src.fail("simulated outage")
+    assert (await src.read("ns", ["a"])).error == "simulated outage"
+    src.fail(None)
+    src.forget("ns", "a")
+    assert src.read_now("ns", ["a"]).error is not None

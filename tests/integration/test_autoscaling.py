@@ -1,0 +1,138 @@
+"""The built-in autoscaler on the embedded cluster: the child Deployment follows the load."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gem_operator.autoscaling.policy import PrecomputeSignals
+from gem_operator.autoscaling.sources import SimulatedSource
+from gem_operator.cli.operator import OperatorThread
+from gem_operator.controllers.autoscaler import use_metric_sources
+from gem_operator.sim.cluster import EmbeddedCluster
+from gem_operator.sim.dcgm import SmActiveSimulator
+
+pytestmark = pytest.mark.integration
+GEM = "gem.dev/v1alpha1"
+FAST_POLICIES = {
+    "scaleUp": [{"pods": 8, "periodSeconds": 1}],
+    "scaleDown": [{"percent": 100, "periodSeconds": 1}],
+}
+
+
+@pytest.fixture
+def source() -> Iterator[SimulatedSource]:
+    src = SimulatedSource()
+    use_metric_sources(lambda _spec: src, lambda _spec: src)
+    yield src
+    use_metric_sources(None, None)
+
+
+def ranker(name: str = "ranker", **autoscaling: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": GEM,
+        "kind": "RankingService",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "model": {"uri": "s3://models/r"},
+            "autoscaling": {
+                "minReplicas": 1,
+                "maxReplicas": 6,
+                "targetSmActive": 0.6,
+                "stabilizationSeconds": {"up": 0, "down": 0},
+                "policies": FAST_POLICIES,
+                **autoscaling,
+            },
+        },
+    }
+
+
+def deployment_replicas(cluster: EmbeddedCluster, name: str) -> int:
+    deploy = cluster.get("apps/v1", "Deployment", name, "default") or {}
+    return int((deploy.get("spec") or {}).get("replicas") or -1)
+
+
+def status(cluster: EmbeddedCluster, kind: str, name: str) -> dict[str, Any]:
+    return ((cluster.get(GEM, kind, name, "default") or {}).get("status")) or {}
+
+
+def test_replicas_follow_load_and_hold_without_metrics(
+    cluster: EmbeddedCluster, source: SimulatedSource, start_operator: type[OperatorThread]
+) -> None:
+    load = {"value": 60.0}
+    dcgm = SmActiveSimulator(cluster, source, interval=0.1)
+    dcgm.add_pool("default", {"gem.dev/instance": "ranker", "gem.dev/role": "server"}, lambda _t: load["value"])
+    dcgm.start()
+    try:
+        start_operator()  # type: ignore[call-arg]
+        cluster.apply(ranker())
+        cluster.wait_for(lambda: status(cluster, "RankingService", "ranker").get("phase") == "Ready", timeout=30)
+        assert deployment_replicas(cluster, "ranker-server") == 1
+
+        load["value"] = 700.0  # ~3.5 replicas of work: at SM target 0.6 that needs 6
+        cluster.wait_for(lambda: deployment_replicas(cluster, "ranker-server") == 6, timeout=40)
+        st = status(cluster, "RankingService", "ranker")
+        assert st["desiredReplicas"] == 6 and st["lastScaleReason"]
+        assert any(e["reason"] == "Scaled" for e in cluster.events("default"))
+
+        load["value"] = 60.0
+        cluster.wait_for(lambda: deployment_replicas(cluster, "ranker-server") <= 2, timeout=40)
+        low = deployment_replicas(cluster, "ranker-server")
+
+        # Metrics vanish while load would allow fewer replicas: hold, and say why.
+        source.fail("prometheus unreachable")
+        load["value"] = 700.0
+        cluster.wait_for(
+            lambda: any(
+                c["type"] == "MetricsUnavailable" and c["status"] == "True"
+                for c in status(cluster, "RankingService", "ranker").get("conditions", [])
+            ),
+            timeout=30,
+        )
+        assert deployment_replicas(cluster, "ranker-server") == low
+    finally:
+        dcgm.stop()
+
+
+def test_disabled_autoscaler_leaves_replicas_to_spec(cluster: EmbeddedCluster, source: SimulatedSource,
+                                                     operator: OperatorThread) -> None:  # fmt: skip
+    doc = ranker("manual", enabled=False)
+    doc["spec"]["replicas"] = 3
+    cluster.apply(doc)
+    cluster.wait_for(lambda: deployment_replicas(cluster, "manual-server") == 3, timeout=30)
+    # HPA/KEDA would write spec.replicas through the scale subresource.
+    scaled = cluster.apply({**doc, "spec": {**doc["spec"], "replicas": 5}})
+    assert scaled["spec"]["replicas"] == 5
+    cluster.wait_for(lambda: deployment_replicas(cluster, "manual-server") == 5, timeout=30)
+
+
+def test_precompute_scales_on_backlog_and_yields(cluster: EmbeddedCluster, source: SimulatedSource,
+                                                 operator: OperatorThread) -> None:  # fmt: skip
+    doc = {
+        "apiVersion": GEM,
+        "kind": "SolarisPrecompute",
+        "metadata": {"name": "pre", "namespace": "default"},
+        "spec": {
+            "model": {"uri": "s3://models/f"},
+            "store": {"url": "redis://s:6379/0"},
+            "source": {"url": "redis://s:6379/0"},
+            "autoscaling": {
+                "minReplicas": 1,
+                "maxReplicas": 5,
+                "backlogTargetPerReplica": 100,
+                "stabilizationSeconds": {"up": 0, "down": 0},
+                "policies": FAST_POLICIES,
+                "yieldTo": "ranker",
+            },
+        },
+    }
+    source.push_precompute("default", PrecomputeSignals(backlog=450, oldest_item_age_seconds=5.0))
+    cluster.apply(doc)
+    cluster.wait_for(lambda: deployment_replicas(cluster, "pre-precompute") == 5, timeout=40)
+    source.push_precompute(
+        "default",
+        PrecomputeSignals(backlog=450, oldest_item_age_seconds=5.0, ranker_over_slo=True, ranker_message="p99 90 ms"),
+    )
+    cluster.wait_for(lambda: deployment_replicas(cluster, "pre-precompute") == 1, timeout=40)

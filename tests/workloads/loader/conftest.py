@@ -1,0 +1,205 @@
+"""Real servers for the loader tests: nginx (Debian's binary) and moto's S3, on loopback only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gem_workloads.loader.manifest import build_manifest
+
+NGINX = "/usr/sbin/nginx"
+PART = 64 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, deadline_s: float = 10.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
+
+
+def make_model(root: Path, sizes: dict[str, int], seed: int = 1) -> Path:
+    """Random files plus manifest.json (64 KiB parts, so small models still have many parts)."""
+    root.mkdir(parents=True, exist_ok=True)
+    rnd = __import__("random").Random(seed)
+    for rel, size in sizes.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(rnd.randbytes(size))
+    (root / "manifest.json").write_text(build_manifest(root, PART).to_json())
+    return root
+
+
+def same_tree(a: Path, b: Path, rels: list[str]) -> bool:
+    return all((a / r).read_bytes() == (b / r).read_bytes() for r in rels)
+
+
+@dataclass
+class Nginx:
+    url: str
+    root: Path
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Access-log lines as dicts (method, uri, status, bytes, range)."""
+        out = []
+        for line in self.log.read_text().splitlines():
+            out.append(json.loads(line))
+        return out
+
+    def model_gets(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests() if r["m"] == "GET" and not r["u"].endswith("manifest.json")]
+
+
+@pytest.fixture
+def nginx(tmp_path: Path) -> Iterator[Callable[..., Nginx]]:
+    """Factory: start nginx serving a directory, optionally at `rate` bytes/s per connection."""
+    if not os.path.exists(NGINX):
+        pytest.skip(f"{NGINX} is missing (apt-get install nginx-light) - HTTP origin tests need it")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(root: Path, rate: str = "0", prefix: str = "/") -> Nginx:
+        d = tmp_path / f"nginx-{len(procs)}"
+        d.mkdir()
+        port = free_port()
+        conf = d / "nginx.conf"
+        temps = "\n".join(f"  {k}_temp_path {d}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        alias = f"alias {root}/;" if prefix != "/" else f"root {root};"
+        conf.write_text(
+            f"""
+daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+  default_type application/octet-stream;
+  sendfile on;
+  keepalive_requests 100000;
+  log_format gl escape=json '{{"m":"$request_method","u":"$uri","s":$status,'
+                            '"b":$body_bytes_sent,"r":"$http_range"}}';
+  access_log {d}/access.log gl;
+{temps}
+  server {{
+    listen 127.0.0.1:{port};
+    location {prefix} {{ {alias} limit_rate {rate}; }}
+  }}
+}}
+"""
+        )
+        proc = subprocess.Popen([NGINX, "-p", str(d), "-e", str(d / "error.log"), "-c", str(conf)])
+        procs.append(proc)
+        wait_port(port)
+        (d / "access.log").touch()
+        return Nginx(url=f"http://127.0.0.1:{port}{prefix.rstrip('/')}", root=root, log=d / "access.log", proc=proc)
+
+    yield start
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+@dataclass
+class S3:
+    endpoint: str
+    client: Any
+
+
+@pytest.fixture(scope="module")
+def moto_s3() -> Iterator[S3]:
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        pytest.skip("moto[server] is not installed")
+    import boto3
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        yield S3(endpoint=endpoint, client=client)
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m gem_workloads.loader` as a separate process, as an init container would."""
+    return subprocess.run(
+        [sys.executable, "-m", "gem_workloads.loader", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        **kw,
+    )
+
+
+def cli_popen(*args: str, **kw: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gem_workloads.loader", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+@pytest.fixture
+def helpers() -> Any:
+    """The helpers above, as a fixture (tests run with --import-mode=importlib)."""
+
+    class H:
+        PART = PART
+        make_model = staticmethod(make_model)
+        same_tree = staticmethod(same_tree)
+        cli = staticmethod(cli)
+        cli_popen = staticmethod(cli_popen)
+        free_port = staticmethod(free_port)
+        wait_port = staticmethod(wait_port)
+        rmtree = staticmethod(shutil.rmtree)
+
+    return H

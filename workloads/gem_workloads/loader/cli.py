@@ -1,0 +1,173 @@
+"""`gem-load`: manifest, pull, serve, verify.
+
+Exit status tells scripts and init containers what went wrong: 0 ok, 1 source or I/O
+failure, 2 bad usage or manifest, 3 integrity failure, 4 out of disk space.
+Credentials are read from the environment only (AWS_*, GOOGLE_*, standard chains); there is
+deliberately no flag for them, so they never show up in a pod spec or a process list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from gem_workloads.loader.errors import LoaderError, UsageError
+from gem_workloads.loader.manifest import (
+    DEFAULT_PART_SIZE,
+    Manifest,
+    build_manifest,
+    check_part_size,
+    parse_size,
+)
+from gem_workloads.loader.progress import MODES, make_reporter
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gem-load", description="Fast, verified model loading (multi-stream, resumable, cached).")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    m = sub.add_parser("manifest", help="hash DIR and print its manifest JSON on stdout")
+    m.add_argument("dir", metavar="DIR")
+    m.add_argument("--part-size", default=str(DEFAULT_PART_SIZE), help="part size for part hashes (default 16MiB)")
+    m.add_argument("--workers", type=int, default=4, help="files hashed in parallel")
+
+    pl = sub.add_parser("pull", help="fetch a model into DEST, verified")
+    pl.add_argument("source", metavar="SOURCE", help="s3://bucket/prefix, gs://..., http(s)://..., or a path")
+    pl.add_argument("dest", metavar="DEST")
+    pl.add_argument("--manifest", help="manifest URI (default SOURCE/manifest.json)")
+    pl.add_argument("--streams", default="32", help="concurrent ranged GETs (default 32; memory ~ streams x part size)")
+    pl.add_argument("--part-size", help="bytes per ranged GET; a multiple of the manifest's part size")
+    pl.add_argument("--cache", help="node cache directory shared by pulls on this node")
+    pl.add_argument("--cache-high", default="80%", help="evict above this (bytes or %% of the cache fs)")
+    pl.add_argument("--cache-low", default="60%", help="evict down to this (bytes or %% of the cache fs)")
+    pl.add_argument(
+        "--cache-link",
+        action="store_true",
+        help="hard-link DEST's files to the cache entry when on one filesystem (read-only models)",
+    )
+    pl.add_argument("--verify-cache", choices=("cheap", "full"), default="cheap", help="full = re-hash the entry")
+    pl.add_argument("--peers", default="", help="comma-separated peer URLs (http://node:port) running `serve`")
+    pl.add_argument("--progress", choices=MODES, default="auto")
+
+    s = sub.add_parser("serve", help="serve a node cache to peers with HTTP Range")
+    s.add_argument("cache_dir", metavar="CACHE_DIR")
+    s.add_argument("--port", type=int, default=8470)
+    s.add_argument("--host", default="0.0.0.0")
+
+    v = sub.add_parser("verify", help="re-hash a pulled DEST against its manifest")
+    v.add_argument("dest", metavar="DEST")
+    return p
+
+
+def _int_arg(text: str, argument: str, lo: int, hi: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{argument}: {text!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise UsageError(f"{argument}: {value} is outside [{lo}, {hi}]")
+    return value
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from gem_workloads.loader.pull import PullConfig, pull
+
+    cfg = PullConfig(streams=_int_arg(args.streams, "--streams", 1, 512))
+    if args.part_size is not None:
+        cfg.request_size = check_part_size(parse_size(args.part_size, "--part-size"))
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    cache = None
+    if args.cache:
+        import shutil
+
+        from gem_workloads.loader.cache import NodeCache, parse_watermark
+
+        root = Path(args.cache)
+        root.mkdir(parents=True, exist_ok=True)
+        fs = shutil.disk_usage(root).total
+        cache = NodeCache(
+            root,
+            high=parse_watermark(args.cache_high, "--cache-high", fs),
+            low=parse_watermark(args.cache_low, "--cache-low", fs),
+            link=args.cache_link,
+        )
+    reporter = make_reporter(args.progress)
+    try:
+        asyncio.run(
+            pull(
+                args.source,
+                Path(args.dest),
+                manifest_uri=args.manifest,
+                cfg=cfg,
+                cache=cache,
+                peers=peers,
+                reporter=reporter,
+                verify_cache=args.verify_cache,
+            )
+        )
+    except LoaderError as e:
+        reporter.event("error", error=type(e).__name__, message=str(e))
+        raise
+    finally:
+        reporter.close()
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from gem_workloads.loader.cache import NodeCache
+    from gem_workloads.loader.errors import IntegrityError
+    from gem_workloads.loader.pull import DEST_MANIFEST_NAME
+
+    dest = Path(args.dest)
+    try:
+        manifest = Manifest.from_json((dest / DEST_MANIFEST_NAME).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"DEST: {dest} has no {DEST_MANIFEST_NAME}; was it pulled by gem-load?") from None
+    problem = NodeCache.rehash(dest, manifest)
+    if problem:
+        raise IntegrityError(f"{dest}: {problem}")
+    print(json.dumps({"verified": True, "manifestDigest": manifest.digest, "bytes": manifest.total_bytes}))
+    return 0
+
+
+def run(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd == "manifest":
+        part_size = check_part_size(parse_size(args.part_size, "--part-size"))
+        manifest = build_manifest(Path(args.dir), part_size, args.workers)
+        sys.stdout.write(manifest.to_json() + "\n")
+        return 0
+    if args.cmd == "pull":
+        return _pull(args)
+    if args.cmd == "serve":
+        from gem_workloads.loader.peer import serve
+
+        serve(Path(args.cache_dir), args.host, _int_arg(str(args.port), "--port", 1, 65535))
+        return 0
+    return _verify(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # With a file-size limit (RLIMIT_FSIZE), the default SIGXFSZ kills us silently; EFBIG is reportable.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except LoaderError as e:
+        print(f"gem-load: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("gem-load: interrupted (the journal keeps finished parts; rerun to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

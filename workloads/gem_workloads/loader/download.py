@@ -1,0 +1,352 @@
+"""The download engine: many concurrent ranged GETs, each verified, then written in place.
+
+Why this shape: one object-store stream is far too slow for a TB-scale model, so every file
+is split into ranges fetched by N concurrent workers (one connection each). Each range is
+checked against the manifest's part hashes before it is written with pwrite into a
+preallocated file, so a bad or hostile source can never plant bytes; a journal records each
+written part, so a killed pull resumes. Sources are tried in order (peers, then origin): a
+peer that errs or sends bytes that do not match is dropped and the range is fetched from the
+next one. An object whose version changes at the origin restarts its file from scratch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import hashlib
+import os
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from gem_workloads.loader.errors import DiskFullError, IntegrityError, ObjectChanged, SourceError
+from gem_workloads.loader.journal import JOURNAL_NAME, Journal
+from gem_workloads.loader.manifest import FileEntry, Manifest
+from gem_workloads.loader.progress import Reporter
+from gem_workloads.loader.sources import ObjectInfo, Source
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+T = TypeVar("T")
+
+
+@dataclass
+class PullConfig:
+    """Tuning knobs; defaults follow what saturates object stores (8-64 MiB ranges, 16+ streams)."""
+
+    streams: int = 32
+    request_size: int | None = None
+    max_attempts: int = 6
+    peer_attempts: int = 2
+    backoff_base: float = 0.2
+    backoff_max: float = 8.0
+    max_restarts: int = 3
+
+
+@dataclass
+class PullStats:
+    """What a pull cost, by source kind (origin, peer, cache): the marker and the operator report it."""
+
+    fetched: dict[str, int] = field(default_factory=dict)
+    resumed: int = 0
+    retries: int = 0
+    restarts: int = 0
+
+    def add(self, kind: str, n: int) -> None:
+        self.fetched[kind] = self.fetched.get(kind, 0) + n
+
+
+@dataclass
+class _FileState:
+    """A file being filled; `gen` grows when the file restarts, so late results of the old run are ignored."""
+
+    entry: FileEntry
+    fd: int
+    gen: int = 0
+    restarts: int = 0
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One ranged GET: contiguous parts [first, last) of a file, for one generation of it."""
+
+    path: str
+    gen: int
+    first: int
+    last: int  # exclusive part index
+
+
+def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskFullError:
+    """ENOSPC, EDQUOT and EFBIG all mean the same to a user: this much did not fit here."""
+    extra = f" (needs {need} bytes)" if need is not None else ""
+    return DiskFullError(f"out of space writing {where}{extra}: {exc.strerror or exc}")
+
+
+def bad_parts(entry: FileEntry, part_size: int, first: int, data: bytes | memoryview) -> list[int]:
+    """Indices of parts in `data` (starting at part `first`) whose SHA-256 differs from the manifest."""
+    view = memoryview(data)
+    bad: list[int] = []
+    for i in range(first, first + (len(view) + part_size - 1) // part_size):
+        off = (i - first) * part_size
+        if hashlib.sha256(view[off : off + part_size]).hexdigest() != entry.parts[i]:
+            bad.append(i)
+    return bad
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+class Downloader:
+    """Fills a staging directory with a manifest's files from an ordered list of sources."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        sources: list[tuple[str, Source]],
+        staging: Path,
+        cfg: PullConfig,
+        reporter: Reporter,
+    ) -> None:
+        self.manifest = manifest
+        self.sources = sources
+        self.staging = staging
+        self.cfg = cfg
+        self.reporter = reporter
+        self.stats = PullStats()
+        self.disabled: set[int] = set()
+        self.heads: dict[tuple[int, str], ObjectInfo] = {}
+        self.files: dict[str, _FileState] = {}
+        self.queue: asyncio.Queue[_Chunk] = asyncio.Queue()
+        self.pending = 0
+        self.finished = asyncio.Event()
+        self.error: BaseException | None = None
+        self.parts_per_request = max(1, (cfg.request_size or manifest.part_size) // manifest.part_size)
+
+    async def run(self) -> PullStats:
+        self.staging.mkdir(parents=True, exist_ok=True)
+        journal = Journal(self.staging / JOURNAL_NAME, self.manifest.digest)
+        self.journal = journal
+        try:
+            await asyncio.to_thread(self._prepare)
+            for st in self.files.values():  # on the loop's thread: asyncio.Queue is not thread-safe
+                self._enqueue_file(st)
+            self.reporter.start(
+                self.manifest.total_bytes, len(self.manifest.files), self.stats.resumed, self.manifest.digest
+            )
+            if self.pending:
+                workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.streams)]
+                try:
+                    await self.finished.wait()
+                finally:
+                    for w in workers:
+                        w.cancel()
+                    await asyncio.gather(*workers, return_exceptions=True)
+            if self.error is not None:
+                raise self.error
+            await asyncio.to_thread(self._sync)
+        finally:
+            for st in self.files.values():
+                with contextlib.suppress(OSError):
+                    os.close(st.fd)
+            journal.close()
+        return self.stats
+
+    def _prepare(self) -> None:
+        """Open and preallocate each file; keep journaled parts only if the file is intact in size."""
+        ps = self.manifest.part_size
+        for entry in self.manifest.files:
+            path = self.staging / entry.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.files[entry.path] = _FileState(entry=entry, fd=fd)
+            done = self.journal.done.get(entry.path, set())
+            if done and os.fstat(fd).st_size != entry.size:
+                self.journal.reset(entry.path)
+                done = set()
+            try:
+                if not done:
+                    os.ftruncate(fd, 0)
+                    if entry.size:
+                        os.posix_fallocate(fd, 0, entry.size)
+                    os.ftruncate(fd, entry.size)
+            except OSError as e:
+                if e.errno in FULL_ERRNOS:
+                    raise disk_full(e, path, entry.size) from None
+                raise
+            for i in done:
+                a, b = entry.part_range(i, ps)
+                self.stats.resumed += b - a
+
+    def _enqueue_file(self, st: _FileState) -> None:
+        undone = [i for i in range(len(st.entry.parts)) if not self.journal.is_done(st.entry.path, i)]
+        self.pending += len(undone) - st.pending
+        st.pending = len(undone)
+        run: list[int] = []
+        for i in undone:
+            if run and (i != run[-1] + 1 or len(run) >= self.parts_per_request):
+                self.queue.put_nowait(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
+                run = []
+            run.append(i)
+        if run:
+            self.queue.put_nowait(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
+
+    def _sync(self) -> None:
+        for st in self.files.values():
+            os.fsync(st.fd)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.finished.set()
+
+    async def _worker(self) -> None:
+        buf = bytearray(0)  # one reused buffer per stream, grown to the largest range it fetched
+        while True:
+            chunk = await self.queue.get()
+            try:
+                need = (chunk.last - chunk.first) * self.manifest.part_size
+                if len(buf) < need:
+                    buf = bytearray(need)
+                await self._fetch_chunk(chunk, buf)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:
+                self._fail(e)
+            finally:
+                self.queue.task_done()
+
+    async def _retrying(self, fn: Callable[[], Awaitable[T]], attempts: int, what: str) -> T:
+        delay = self.cfg.backoff_base
+        for attempt in range(1, attempts + 1):
+            try:
+                return await fn()
+            except SourceError as e:
+                if not e.transient or attempt >= attempts:
+                    raise
+                self.stats.retries += 1
+                self.reporter.event("retry", what=what, attempt=attempt, error=str(e)[:200])
+                await asyncio.sleep(min(self.cfg.backoff_max, delay) * (0.5 + random.random() / 2))
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    async def _head(self, idx: int, path: str, attempts: int) -> ObjectInfo:
+        key = (idx, path)
+        if key not in self.heads:
+            src = self.sources[idx][1]
+            self.heads[key] = await self._retrying(lambda: src.head(path), attempts, f"HEAD {src.name} {path}")
+        return self.heads[key]
+
+    def _drop_source(self, idx: int, reason: str) -> None:
+        if idx not in self.disabled:
+            self.disabled.add(idx)
+            self.reporter.event("fallback", source=self.sources[idx][1].name, reason=reason[:300])
+
+    async def _fetch_chunk(self, chunk: _Chunk, buf: bytearray | None = None) -> None:
+        st = self.files[chunk.path]
+        if chunk.gen != st.gen:
+            return
+        entry, ps = st.entry, self.manifest.part_size
+        start, end = chunk.first * ps, min(chunk.last * ps, entry.size)
+        origin_idx = len(self.sources) - 1
+        for idx, (kind, src) in enumerate(self.sources):
+            if idx in self.disabled:
+                continue
+            is_origin = idx == origin_idx
+            attempts = self.cfg.max_attempts if is_origin else self.cfg.peer_attempts
+            tries = 2 if is_origin else 1  # one re-fetch from origin on a checksum mismatch
+            data: bytes | memoryview | None = None
+            for attempt in range(tries):
+                try:
+                    info = await self._head(idx, chunk.path, attempts)
+                    if info.size != entry.size:
+                        msg = f"{src.name}: {chunk.path} is {info.size} bytes, the manifest says {entry.size}"
+                        if is_origin:
+                            raise IntegrityError(msg)
+                        self._drop_source(idx, msg)
+                        break
+                    data = await self._retrying(
+                        functools.partial(src.read_range, chunk.path, start, end, info, buf),
+                        attempts,
+                        f"GET {src.name} {chunk.path} [{start}, {end})",
+                    )
+                except ObjectChanged as e:
+                    if is_origin:
+                        await self._restart_file(st, chunk.gen, e)
+                        return
+                    self._drop_source(idx, str(e))
+                    break
+                except SourceError as e:
+                    if is_origin:
+                        raise
+                    self._drop_source(idx, str(e))
+                    break
+                if chunk.gen != st.gen:
+                    return
+                bad = await asyncio.to_thread(bad_parts, entry, ps, chunk.first, data)
+                if not bad:
+                    break
+                data = None
+                a, b = entry.part_range(bad[0], ps)
+                where = f"{chunk.path} part {bad[0]} (bytes {a}-{b - 1}) from {src.name}"
+                if not is_origin:
+                    self._drop_source(idx, f"SHA-256 mismatch in {where}")
+                    break
+                if attempt + 1 >= tries:
+                    raise IntegrityError(
+                        f"SHA-256 mismatch in {where}: the origin's bytes differ from the manifest "
+                        f"(manifest {self.manifest.digest[:12]}); refusing to mark the model complete"
+                    )
+                self.reporter.event("retry", what=f"checksum mismatch in {where}", attempt=attempt + 1)
+                self.heads.pop((idx, chunk.path), None)
+            if data is None:
+                continue
+            await self._write(st, chunk, start, data, kind)
+            return
+        raise SourceError(f"{chunk.path}: no source left to fetch bytes {start}-{end - 1} from")
+
+    async def _write(self, st: _FileState, chunk: _Chunk, start: int, data: bytes | memoryview, kind: str) -> None:
+        try:
+            await asyncio.to_thread(_pwrite_all, st.fd, data, start)
+        except OSError as e:
+            if e.errno in FULL_ERRNOS:
+                raise disk_full(e, self.staging / chunk.path) from None
+            raise
+        if chunk.gen != st.gen:
+            # The file restarted meanwhile: not journaled, so fetched again. The late write was
+            # harmless: it passed the same part hashes, so it wrote the very bytes that belong there.
+            return
+        for i in range(chunk.first, chunk.last):
+            self.journal.mark_done(chunk.path, i)
+        st.pending -= chunk.last - chunk.first
+        self.pending -= chunk.last - chunk.first
+        self.stats.add(kind, len(data))
+        self.reporter.advance(len(data), kind)
+        if self.pending == 0:
+            self.finished.set()
+
+    async def _restart_file(self, st: _FileState, gen: int, exc: ObjectChanged) -> None:
+        """The object changed mid-download: forget every part of this file and fetch it again."""
+        if gen != st.gen:
+            return
+        st.restarts += 1
+        self.stats.restarts += 1
+        if st.restarts > self.cfg.max_restarts:
+            raise IntegrityError(f"{st.entry.path} kept changing at the origin ({st.restarts - 1} restarts); giving up")
+        st.gen += 1
+        for key in [k for k in self.heads if k[1] == st.entry.path]:
+            del self.heads[key]
+        ps = self.manifest.part_size
+        lost = sum(b - a for a, b in (st.entry.part_range(i, ps) for i in self.journal.done.get(st.entry.path, ())))
+        self.journal.reset(st.entry.path)
+        self.reporter.advance(-lost, "restart")
+        self.reporter.event("restart", file=st.entry.path, reason=str(exc)[:300])
+        self._enqueue_file(st)

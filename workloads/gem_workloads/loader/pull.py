@@ -1,0 +1,187 @@
+"""Pull a model into DEST: node cache, then peers, then origin; the marker is written last.
+
+Why: a destination must never look complete when it is not. The files are fetched (or
+copied from the node cache) into DEST's staging directory, renamed into place only when all
+of them are verified, and `.gem-load-complete` (seconds, bytes, manifestDigest) is written
+after that, so a pod's readiness can rest on that one file. A destination already holding
+the same manifest is left as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gem_workloads.loader.download import FULL_ERRNOS, Downloader, PullConfig, PullStats, disk_full
+from gem_workloads.loader.errors import LoaderError, ManifestError, SourceError, UsageError
+from gem_workloads.loader.manifest import MANIFEST_NAME, Manifest
+from gem_workloads.loader.progress import NullReporter, Reporter
+from gem_workloads.loader.sources import HttpSource, Source, check_uri, open_source, read_uri
+
+if TYPE_CHECKING:
+    from gem_workloads.loader.cache import NodeCache
+
+__all__ = ["DEST_MANIFEST_NAME", "MARKER_NAME", "STAGING_NAME", "PullConfig", "PullStats", "pull"]
+
+STAGING_NAME = ".gem-load-staging"
+MARKER_NAME = ".gem-load-complete"
+DEST_MANIFEST_NAME = ".gem-load-manifest.json"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def finalize(staging: Path, dest: Path, manifest: Manifest, summary: dict[str, Any]) -> None:
+    """Rename verified files into place, then write the manifest copy and, last, the marker."""
+    try:
+        for entry in manifest.files:
+            target = dest / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / entry.path, target)
+        (dest / DEST_MANIFEST_NAME).write_text(manifest.to_json())
+        _fsync_dir(dest)
+        write_json_atomic(dest / MARKER_NAME, summary)
+        _fsync_dir(dest)
+    except OSError as e:
+        if e.errno in FULL_ERRNOS:
+            raise disk_full(e, dest) from None
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def is_complete(dest: Path, manifest: Manifest) -> bool:
+    """Cheap check that dest already holds this manifest: marker digest and every size match."""
+    try:
+        marker = json.loads((dest / MARKER_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict) or marker.get("manifestDigest") != manifest.digest:
+        return False
+    for entry in manifest.files:
+        try:
+            if (dest / entry.path).stat().st_size != entry.size:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def clear_marker(dest: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (dest / MARKER_NAME).unlink()
+
+
+async def load_manifest(source: str, manifest_uri: str | None, cfg: PullConfig | None = None) -> Manifest:
+    """Read the manifest (default: SOURCE/manifest.json), retrying like any GET; errors name --manifest."""
+    cfg = cfg or PullConfig()
+    uri = manifest_uri or source.rstrip("/") + "/" + MANIFEST_NAME
+    delay = cfg.backoff_base
+    for attempt in range(1, cfg.max_attempts + 1):
+        try:
+            raw = await read_uri(uri, "--manifest")
+            break
+        except SourceError as e:
+            if e.transient and attempt < cfg.max_attempts:
+                await asyncio.sleep(min(cfg.backoff_max, delay) * (0.5 + random.random() / 2))
+                delay *= 2
+                continue
+            missing = e.status == 404 or "not found" in str(e).lower()
+            hint = " (create one with `gem-load manifest DIR` next to the model, or pass --manifest)"
+            raise ManifestError(f"--manifest: cannot read {uri}: {e}{hint if missing else ''}") from None
+    try:
+        return Manifest.from_json(raw)
+    except ManifestError as e:
+        raise ManifestError(f"--manifest: {uri}: {e}") from None
+
+
+def peer_sources(peers: list[str], digest: str, streams: int) -> list[tuple[str, Source]]:
+    out: list[tuple[str, Source]] = []
+    for p in peers:
+        check_uri(p, "--peers")
+        if not p.startswith(("http://", "https://")):
+            raise UsageError(f"--peers: {p!r} is not an http(s):// URL")
+        out.append(("peer", HttpSource(f"{p.rstrip('/')}/models/{digest}/", streams)))
+    return out
+
+
+async def pull(
+    source: str,
+    dest: Path,
+    *,
+    manifest_uri: str | None = None,
+    cfg: PullConfig | None = None,
+    cache: NodeCache | None = None,
+    peers: list[str] | None = None,
+    reporter: Reporter | None = None,
+    verify_cache: str = "cheap",
+) -> dict[str, Any]:
+    """Make `dest` hold the verified model; return the summary also written to the marker."""
+    cfg = cfg or PullConfig()
+    reporter = reporter or NullReporter()
+    t0 = time.monotonic()
+    check_uri(source, "SOURCE")
+    if manifest_uri:
+        check_uri(manifest_uri, "--manifest")
+    manifest = await load_manifest(source, manifest_uri, cfg)
+    if cfg.request_size is not None and cfg.request_size % manifest.part_size:
+        raise UsageError(
+            f"--part-size: {cfg.request_size} is not a multiple of the manifest's part size {manifest.part_size}"
+        )
+    try:
+        await asyncio.to_thread(dest.mkdir, parents=True, exist_ok=True)
+    except OSError as e:
+        raise LoaderError(f"DEST: cannot create {dest}: {e.strerror}") from None
+    summary: dict[str, Any] = {"manifestDigest": manifest.digest, "bytes": manifest.total_bytes}
+    if is_complete(dest, manifest):
+        reporter.event("already-complete", dest=str(dest))
+        summary.update(seconds=round(time.monotonic() - t0, 3), fetchedBytes=0, sources={})
+        reporter.finish(summary)
+        return summary
+    clear_marker(dest)
+    sources = [
+        *peer_sources(peers or [], manifest.digest, cfg.streams),
+        ("origin", open_source(source, cfg.streams)),
+    ]
+    try:
+        if cache is not None:
+            from gem_workloads.loader.cache import pull_through_cache
+
+            stats = await pull_through_cache(cache, manifest, sources, dest, cfg, reporter, verify_cache)
+        else:
+            stats = await Downloader(manifest, sources, dest / STAGING_NAME, cfg, reporter).run()
+    finally:
+        for _, src in sources:
+            await src.close()
+    summary.update(
+        seconds=round(time.monotonic() - t0, 3),
+        fetchedBytes=sum(v for k, v in stats.fetched.items() if k != "cache"),
+        resumedBytes=stats.resumed,
+        sources=stats.fetched,
+        retries=stats.retries,
+        restarts=stats.restarts,
+    )
+    # Either way the verified files now sit in dest's staging dir (fetched, or copied from the cache).
+    await asyncio.to_thread(finalize, dest / STAGING_NAME, dest, manifest, summary)
+    reporter.finish(summary)
+    return summary

@@ -1,0 +1,56 @@
+"""Ranking models on TorchRec: a Kunlun-style model and a DLRM-style baseline.
+
+Public API (also what serving uses)::
+
+    model = build_model("kunlun", get_preset("tiny"), schema)
+    state = model.encode_user(user_features)            # once per request
+    logits = model.score_candidates(state, candidates, user_index)  # [N, num_tasks]
+    logits = model(batch)                               # training: one candidate per user row
+    load_trained(model, "ckpt/step-000400")             # a training checkpoint, unsharded
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from .checkpoint import load_trained
+from .common import UserState
+from .dlrm import DLRMModel
+from .features import Batch, CandidateFeatures, CategoricalFeature, FeatureSchema, Task, UserFeatures
+from .kunlun import KunlunModel
+from .presets import PRESETS, ModelConfig, get_preset
+
+ModelKind = Literal["kunlun", "dlrm"]
+RankingModel = KunlunModel | DLRMModel
+
+__all__ = [
+    "PRESETS",
+    "Batch",
+    "CandidateFeatures",
+    "CategoricalFeature",
+    "DLRMModel",
+    "FeatureSchema",
+    "KunlunModel",
+    "ModelConfig",
+    "ModelKind",
+    "RankingModel",
+    "Task",
+    "UserFeatures",
+    "UserState",
+    "build_model",
+    "get_preset",
+    "load_trained",
+]
+
+
+def build_model(
+    kind: str, config: ModelConfig, schema: FeatureSchema, device: torch.device | None = None
+) -> RankingModel:
+    """``kind``: ``"kunlun"`` or ``"dlrm"``. Embedding tables go on ``device`` (``meta`` before DMP)."""
+    if kind == "kunlun":
+        return KunlunModel(schema, config, device)
+    if kind == "dlrm":
+        return DLRMModel(schema, config, device)
+    raise ValueError(f"unknown model kind {kind!r}; choose 'kunlun' or 'dlrm'")

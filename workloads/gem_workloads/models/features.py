@@ -1,0 +1,117 @@
+"""Feature schema and batch types shared by the models, the data sources and serving.
+
+A batch is split the way a ranking request is: the *user* side (categorical features, the
+behaviour-event sequence, dense features) and the *candidate* side (the item's categorical
+features and the surface/domain it is shown on). Training has one candidate per user row;
+serving encodes each user once and scores many candidates against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+
+@dataclass(frozen=True)
+class CategoricalFeature:
+    """One sparse feature: ``name`` is the KJT key, ids are in ``[0, cardinality)``."""
+
+    name: str
+    cardinality: int
+    multi_hot: bool = False
+
+    @property
+    def table(self) -> str:
+        return f"t_{self.name}"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One prediction head. ``domain`` restricts the label to examples of that domain (CTR per surface)."""
+
+    name: str
+    domain: int | None = None
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    """What a data source produces and what a model is built for."""
+
+    user_features: tuple[CategoricalFeature, ...]
+    item_features: tuple[CategoricalFeature, ...]
+    # Per-event features of the unified behaviour sequence (same lengths for all of them).
+    sequence_features: tuple[CategoricalFeature, ...]
+    num_user_dense: int
+    domains: tuple[str, ...]
+    tasks: tuple[Task, ...]
+
+    @property
+    def num_domains(self) -> int:
+        return len(self.domains)
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.tasks)
+
+    def feature_names(self) -> list[str]:
+        return [f.name for f in (*self.user_features, *self.item_features, *self.sequence_features)]
+
+
+@dataclass
+class UserFeatures:
+    """User side of a batch: ``B`` users."""
+
+    categorical: KeyedJaggedTensor  # keys: schema.user_features
+    sequence: KeyedJaggedTensor  # keys: schema.sequence_features, most recent event last
+    dense: Tensor  # [B, num_user_dense] float
+
+    def to(self, device: torch.device) -> UserFeatures:
+        return UserFeatures(
+            self.categorical.to(device), self.sequence.to(device), self.dense.to(device, non_blocking=True)
+        )
+
+    @property
+    def size(self) -> int:
+        return int(self.dense.shape[0])
+
+
+@dataclass
+class CandidateFeatures:
+    """Candidate side: ``N`` candidates (items shown on a surface/domain)."""
+
+    categorical: KeyedJaggedTensor  # keys: schema.item_features
+    domain: Tensor  # [N] int64, index into schema.domains
+
+    def to(self, device: torch.device) -> CandidateFeatures:
+        return CandidateFeatures(self.categorical.to(device), self.domain.to(device, non_blocking=True))
+
+    @property
+    def size(self) -> int:
+        return int(self.domain.shape[0])
+
+
+@dataclass
+class Batch:
+    """A training batch: user row ``i`` is paired with candidate ``i``."""
+
+    user: UserFeatures
+    candidate: CandidateFeatures
+    labels: Tensor  # [B, T] float in {0, 1}
+    label_mask: Tensor  # [B, T] float: 1 where task t applies to example i
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(
+            self.user.to(device),
+            self.candidate.to(device),
+            self.labels.to(device, non_blocking=True),
+            self.label_mask.to(device, non_blocking=True),
+            {k: v.to(device) for k, v in self.extras.items()},
+        )
+
+    @property
+    def size(self) -> int:
+        return int(self.labels.shape[0])

@@ -1,0 +1,271 @@
+"""Kunlun-style ranking model on TorchRec.
+
+Per layer ``l``:
+
+1. *Block attention* over the unified behaviour sequence: the padded sequence is cut into
+   fixed blocks of ``block_size`` events; queries attend only to keys of their own block
+   (cost linear in the sequence length), followed by a position-wise FFN.
+2. *Summarisation*: ``num_seeds`` learned seed vectors attend to the whole sequence and give
+   ``num_seeds`` summary tokens (a learned null token keeps empty histories well defined).
+3. *MoE cross interaction* (Wukong-style) between the summary tokens and the non-sequence
+   tokens (user categorical + dense, candidate categorical, domain): a factorisation-machine
+   block (FMB, ``MLP(LN(flatten(X (Xᵀ Y))))``) as a shared expert plus one FMB expert per
+   domain (hard-routed by the candidate's domain), and a linear-compression block
+   (LCB, ``W X``); ``X_l = LN(concat(FMB, LCB) + X_{l-1})``.
+
+CompSkip: with ``config.comp_skip`` every odd layer skips steps 1-2 and reuses the summary
+computed by the layer before, which removes about half of the sequence FLOPs.
+
+Multi-task heads (one MLP per :class:`~.features.Task`) read the final non-sequence tokens
+and the final summary.
+
+Serving API (computation shared across candidates): the sequence path depends only on the
+user, so :meth:`KunlunModel.encode_user` runs it once per request and returns a
+:class:`~.common.UserState`; :meth:`KunlunModel.score_candidates` runs the per-candidate
+part for ``N`` candidates, gathering the user state by ``user_index``. ``forward(batch)`` is
+exactly ``score_candidates(encode_user(batch.user), batch.candidate)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .common import (
+    DomainToken,
+    TaskHeads,
+    UserState,
+    ebc_for,
+    ec_for,
+    pooled_tokens,
+    sequence_embeddings,
+)
+from .features import Batch, CandidateFeatures, FeatureSchema, UserFeatures
+from .presets import ModelConfig
+
+
+class SequenceInput(nn.Module):
+    """Adds learned positions (counted from the most recent event) and normalises."""
+
+    def __init__(self, seq_len: int, dim: int) -> None:
+        super().__init__()
+        self.position = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, emb: Tensor, valid: Tensor) -> Tensor:
+        # Right-padded sequences: event i of a user with n events is n-1-i steps old.
+        n = valid.sum(1, keepdim=True)
+        age = (n - 1 - torch.arange(emb.shape[1], device=emb.device)[None, :]).clamp(min=0)
+        out: Tensor = self.norm(emb + self.position[age]) * valid[..., None]
+        return out
+
+
+class BlockAttentionLayer(nn.Module):
+    """Pre-norm transformer layer whose attention is restricted to fixed-size blocks."""
+
+    def __init__(self, dim: int, heads: int, block_size: int, ffn_mult: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.block_size = block_size
+        self.norm1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn_mult * dim), nn.GELU(), nn.Linear(ffn_mult * dim, dim))
+
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        b, length, d = h.shape
+        nb, bs, nh = length // self.block_size, self.block_size, self.heads
+        qkv = self.qkv(self.norm1(h)).view(b * nb, bs, 3, nh, d // nh).permute(2, 0, 3, 1, 4)
+        key_valid = valid.reshape(b * nb, bs)
+        # Blocks made only of padding attend everywhere (their output is masked out below).
+        mask = (key_valid | ~key_valid.any(-1, keepdim=True))[:, None, None, :]
+        att = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)
+        h = h + self.proj(att.transpose(1, 2).reshape(b, length, d))
+        h = h + self.ffn(self.norm2(h))
+        return h * valid[..., None]
+
+
+class Summariser(nn.Module):
+    """``num_seeds`` learned queries attend to the sequence: summary tokens ``[B, S, d]``."""
+
+    def __init__(self, dim: int, heads: int, num_seeds: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.seeds = nn.Parameter(torch.randn(num_seeds, dim) * 0.02)
+        self.null = nn.Parameter(torch.zeros(1, dim))
+        self.norm = nn.LayerNorm(dim)
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+        b, _, d = h.shape
+        s, nh = self.seeds.shape[0], self.heads
+        x = torch.cat([self.null.expand(b, 1, d), self.norm(h)], dim=1)
+        keep = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=h.device), valid], dim=1)
+        q = self.q(self.seeds).view(1, s, nh, d // nh).transpose(1, 2).expand(b, -1, -1, -1)
+        kv = self.kv(x).view(b, -1, 2, nh, d // nh).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=keep[:, None, None, :])
+        out: Tensor = self.proj(att.transpose(1, 2).reshape(b, s, d)) + self.seeds
+        return out
+
+
+class FactorisationMachineBlock(nn.Module):
+    """Wukong FMB: ``MLP(LN(flatten(X (Xᵀ Y))))`` -> ``n_out`` tokens."""
+
+    def __init__(self, n_in: int, n_out: int, dim: int, rank: int, hidden: int) -> None:
+        super().__init__()
+        self.n_out, self.dim = n_out, dim
+        self.y = nn.Parameter(torch.randn(n_in, rank) / n_in**0.5)
+        self.norm = nn.LayerNorm(n_in * rank)
+        self.mlp = nn.Sequential(nn.Linear(n_in * rank, hidden), nn.GELU(), nn.Linear(hidden, n_out * dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = torch.bmm(x, torch.einsum("bnd,nk->bdk", x, self.y))  # [B, n_in, rank]
+        out: Tensor = self.mlp(self.norm(z.flatten(1))).view(-1, self.n_out, self.dim)
+        return out
+
+
+class MoEInteraction(nn.Module):
+    """Shared FMB expert + per-domain FMB experts + LCB, residual over the non-sequence tokens."""
+
+    def __init__(self, n_in: int, n_out: int, dim: int, rank: int, hidden: int, num_domains: int) -> None:
+        super().__init__()
+        n_fmb = (n_out + 1) // 2
+        n_lcb = n_out - n_fmb
+        self.shared = FactorisationMachineBlock(n_in, n_fmb, dim, rank, hidden)
+        self.experts = nn.ModuleList(
+            [FactorisationMachineBlock(n_in, n_fmb, dim, rank, hidden) for _ in range(num_domains)]
+        )
+        self.lcb = nn.Parameter(torch.randn(n_lcb, n_in) / n_in**0.5)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, tokens: Tensor, residual: Tensor, domain: Tensor) -> Tensor:
+        fmb = self.shared(tokens)
+        if len(self.experts) > 1:
+            routed = torch.zeros_like(fmb)
+            for i, expert in enumerate(self.experts):
+                # Every expert runs (possibly on zero rows) so that all ranks see the same graph.
+                idx = (domain == i).nonzero().squeeze(1)
+                routed = routed.index_add(0, idx, expert(tokens.index_select(0, idx)))
+            fmb = fmb + routed
+        elif len(self.experts) == 1:
+            fmb = fmb + self.experts[0](tokens)
+        lcb = torch.einsum("on,bnd->bod", self.lcb, tokens)
+        out: Tensor = self.norm(torch.cat([fmb, lcb], dim=1) + residual)
+        return out
+
+
+class DenseToken(nn.Module):
+    def __init__(self, num_dense: int, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(max(num_dense, 1), dim)
+        self.num_dense = num_dense
+
+    def forward(self, dense: Tensor) -> Tensor:
+        if self.num_dense == 0:
+            dense = torch.zeros(dense.shape[0], 1, device=dense.device, dtype=self.proj.weight.dtype)
+        out: Tensor = self.proj(dense)[:, None, :]
+        return out
+
+
+class KunlunSparse(nn.Module):
+    """The TorchRec modules (sharded by DistributedModelParallel)."""
+
+    def __init__(self, schema: FeatureSchema, dim: int, device: torch.device) -> None:
+        super().__init__()
+        self.user = ebc_for(schema.user_features, dim, device)
+        self.item = ebc_for(schema.item_features, dim, device)
+        self.sequence = ec_for(schema.sequence_features, dim, device)
+
+
+class KunlunModel(nn.Module):
+    """See the module docstring. Build with :func:`gem_workloads.models.build_model`."""
+
+    def __init__(self, schema: FeatureSchema, config: ModelConfig, device: torch.device | None = None) -> None:
+        super().__init__()
+        dev = device or torch.device("cpu")
+        d = config.embedding_dim
+        self.schema, self.config = schema, config
+        self._user_names = [f.name for f in schema.user_features]
+        self._item_names = [f.name for f in schema.item_features]
+        self._seq_names = [f.name for f in schema.sequence_features]
+        self.sparse = KunlunSparse(schema, d, dev)
+        self.dense_token = DenseToken(schema.num_user_dense, d)
+        self.domain_token = DomainToken(schema.num_domains, d)
+        self.sequence_input = SequenceInput(config.seq_len, d)
+        n_seq = config.num_sequence_layers
+        self.attention = nn.ModuleList(
+            [BlockAttentionLayer(d, config.num_heads, config.block_size, config.ffn_mult) for _ in range(n_seq)]
+        )
+        self.summarisers = nn.ModuleList([Summariser(d, config.num_heads, config.num_seeds) for _ in range(n_seq)])
+        self.num_user_tokens = len(schema.user_features) + 1
+        n_feat = self.num_user_tokens + len(schema.item_features) + 1
+        self.interactions = nn.ModuleList(
+            [
+                MoEInteraction(
+                    config.num_seeds + n_feat, n_feat, d, config.fmb_rank, config.expert_hidden, schema.num_domains
+                )
+                for _ in range(config.num_layers)
+            ]
+        )
+        self.token_norm = nn.LayerNorm(d)
+        self.heads = TaskHeads((n_feat + config.num_seeds) * d, config.head_hidden, schema.num_tasks)
+
+    def dense_units(self) -> list[nn.Module]:
+        """Modules holding every non-embedding parameter: the FSDP2 units."""
+        return [
+            self.dense_token,
+            self.domain_token,
+            self.sequence_input,
+            self.token_norm,
+            *self.attention,
+            *self.summarisers,
+            *self.interactions,
+            self.heads,
+        ]
+
+    def encode_user(self, user: UserFeatures) -> UserState:
+        """Run the user-only part once: user tokens and the per-layer sequence summaries."""
+        cfg = self.config
+        tokens = torch.cat(
+            [pooled_tokens(self.sparse.user, user.categorical, self._user_names), self.dense_token(user.dense)],
+            dim=1,
+        )
+        emb, valid = sequence_embeddings(self.sparse.sequence, user.sequence, self._seq_names, cfg.seq_len)
+        h = self.sequence_input(emb, valid)
+        summaries: list[Tensor] = []
+        summary: Tensor | None = None
+        j = 0
+        for layer in range(cfg.num_layers):
+            if cfg.computes_sequence(layer):
+                h = self.attention[j](h, valid)
+                summary = self.summarisers[j](h, valid)
+                j += 1
+            assert summary is not None
+            summaries.append(summary)  # CompSkip layers reuse the cached summary
+        return UserState(tokens=tokens, summaries=torch.stack(summaries, dim=1))
+
+    def score_candidates(
+        self, user_state: UserState, candidates: CandidateFeatures, user_index: Tensor | None = None
+    ) -> Tensor:
+        """Logits ``[N, num_tasks]`` for ``N`` candidates.
+
+        ``user_index[n]`` is the row of ``user_state`` that candidate ``n`` belongs to (``None``:
+        candidate ``n`` belongs to user ``n``). One request = one user row and N candidates
+        with ``user_index = zeros(N)``: the sequence is encoded once, not N times.
+        """
+        state = user_state if user_index is None else user_state.select(user_index)
+        item = pooled_tokens(self.sparse.item, candidates.categorical, self._item_names)
+        # Per-token LayerNorm: embedding tables start at very different scales.
+        x = self.token_norm(torch.cat([state.tokens, item, self.domain_token(candidates.domain)], dim=1))
+        for layer, interaction in enumerate(self.interactions):
+            x = interaction(torch.cat([state.summaries[:, layer], x], dim=1), x, candidates.domain)
+        final = torch.cat([x.flatten(1), state.summaries[:, -1].flatten(1)], dim=1)
+        logits: Tensor = self.heads(final)
+        return logits
+
+    def forward(self, batch: Batch) -> Tensor:
+        return self.score_candidates(self.encode_user(batch.user), batch.candidate)

@@ -1,0 +1,116 @@
+"""``python -m gem_workloads.training``: torchrun-compatible training entrypoint."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .env import ENV_HELP, EnvContractError, TrainingEnv, load_env, require_supported_mesh
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m gem_workloads.training",
+        description=(
+            "Train the Kunlun-style ranking model (or the DLRM-style baseline) with TorchRec "
+            "DistributedModelParallel for embeddings and FSDP2 for dense parameters, on the 5D "
+            "DeviceMesh the GEMTraining operator describes in the environment. Prints one JSON line "
+            "per logged step (step, loss, examples_per_s, auc, flops_per_s, mfu) on rank 0 and serves "
+            "Prometheus metrics from local rank 0."
+        ),
+        epilog=ENV_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", help="model preset: tiny, small, base, large (default: config file, else tiny)")
+    p.add_argument("--model", choices=["kunlun", "dlrm"], default="kunlun")
+    p.add_argument("--data", choices=["synthetic", "movielens"], help="default: config file, else synthetic")
+    p.add_argument("--steps", type=int, help="total steps (default: config file, else 100)")
+    p.add_argument("--checkpoint-dir", help="checkpoint directory; resumes from its newest complete checkpoint")
+    p.add_argument(
+        "--checkpoint-every", type=int, help="steps between checkpoints (default: config, else 0 = at the end)"
+    )
+    p.add_argument("--batch-size", type=int, default=256, help="examples per rank per step")
+    p.add_argument("--lr", type=float, default=3e-3, help="dense Adam learning rate")
+    p.add_argument("--sparse-lr", type=float, default=0.05, help="embedding Adagrad learning rate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--bf16", action="store_true", help="FSDP2 mixed precision: bf16 params, fp32 reduce")
+    p.add_argument("--comp-skip", choices=["on", "off"], help="override the preset's CompSkip")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port (default GEM_METRICS_PORT or 9400; 0 = off)")
+    return p
+
+
+def build_args(ns: argparse.Namespace, env: TrainingEnv) -> Any:
+    from .trainer import TrainArgs
+
+    cfg = env.config
+    ckpt_cfg = cfg.get("checkpoint") if isinstance(cfg.get("checkpoint"), dict) else {}
+    assert isinstance(ckpt_cfg, dict)
+    steps = ns.steps if ns.steps is not None else int(cfg.get("steps", 100))
+    if steps < 1:
+        raise SystemExit("--steps must be >= 1")
+    return TrainArgs(
+        preset=ns.preset or str(cfg.get("preset", "tiny")),
+        model=ns.model,
+        data=ns.data or str(cfg.get("data", "synthetic")),
+        steps=steps,
+        checkpoint_dir=ns.checkpoint_dir,
+        checkpoint_every=ns.checkpoint_every
+        if ns.checkpoint_every is not None
+        else int(ckpt_cfg.get("intervalSteps", 0) or 0),
+        batch_size=ns.batch_size,
+        lr=ns.lr,
+        sparse_lr=ns.sparse_lr,
+        seed=ns.seed,
+        log_every=ns.log_every,
+        device=ns.device,
+        bf16=ns.bf16,
+        comp_skip=None if ns.comp_skip is None else ns.comp_skip == "on",
+        metrics_port=ns.metrics_port if ns.metrics_port is not None else env.metrics_port,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    try:
+        env = load_env(os.environ)
+        require_supported_mesh(env)
+    except EnvContractError as exc:
+        print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
+        return 2
+    if env.checkpoint_uri and not ns.checkpoint_dir:
+        from .checkpoint import checkpoint_dir_from_uri
+
+        try:
+            ns.checkpoint_dir = str(checkpoint_dir_from_uri(env.checkpoint_uri))
+        except ValueError as exc:
+            print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
+            return 2
+    args = build_args(ns, env)
+    try:
+        if env.rank is not None:  # torchrun: one process per rank already
+            from .trainer import run_worker
+
+            run_worker(args, env, env.local_rank or 0)
+        elif env.nproc_per_node == 1:
+            from .trainer import run_worker
+
+            run_worker(args, env, 0)
+        else:
+            from torch.multiprocessing.spawn import spawn
+
+            from .trainer import spawned_worker
+
+            spawn(spawned_worker, args=(args, env), nprocs=env.nproc_per_node, join=True)  # type: ignore[no-untyped-call]
+    except EnvContractError as exc:
+        print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
