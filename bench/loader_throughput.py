@@ -34,6 +34,7 @@ from gem_workloads.loader.manifest import build_manifest, parse_size
 from gem_workloads.loader.progress import NullReporter
 from gem_workloads.loader.pull import PullConfig, pull
 
+DIRECT_IO = [True]  # set from --no-direct-io
 NGINX = "/usr/sbin/nginx"
 STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
 
@@ -54,6 +55,7 @@ class Sampler(NullReporter):
         self.lock = threading.Lock()
         self.cpu0 = _cpu()
         self.cpu = 0.0
+        self.completed: float | None = None  # seconds until pull() returned: fsync, renames, marker
 
     def stop(self) -> None:
         self.cpu = _cpu() - self.cpu0
@@ -151,9 +153,12 @@ stream {{
 async def loader_run(url: str, dest: Path, streams: int, part: int | None, max_s: float) -> Sampler:
     shutil.rmtree(dest, ignore_errors=True)
     sampler = Sampler()
-    task = asyncio.create_task(pull(url, dest, cfg=PullConfig(streams=streams, request_size=part), reporter=sampler))
+    task = asyncio.create_task(
+        pull(url, dest, cfg=PullConfig(streams=streams, request_size=part, direct_io=DIRECT_IO[0]), reporter=sampler)
+    )
     try:
         await asyncio.wait_for(asyncio.shield(task), max_s)
+        sampler.completed = time.monotonic() - sampler.t0
     except TimeoutError:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -205,6 +210,11 @@ async def cache_run(url: str, cache: NodeCache, dest: Path, streams: int) -> flo
     return elapsed
 
 
+def done_s(s: Sampler) -> str:
+    """Time until the model was complete (marker written), or '-' for a run stopped at --max-seconds."""
+    return f"{s.completed:7.1f}s" if s.completed is not None else "       -"
+
+
 def fmt(bps: float) -> str:
     return f"{bps / 1e6:8.1f} MB/s"
 
@@ -223,13 +233,14 @@ async def main_async(args: argparse.Namespace) -> None:
         files = [f.path for f in manifest.files]
         print(
             f"data: {len(files)} files, {manifest.total_bytes / 1e9:.2f} GB, part {args.part_size}; "
+            f"loader direct I/O {'on' if DIRECT_IO[0] else 'off'}; "
             f"prepared in {time.monotonic() - t:.1f}s; R = {args.rate_mb:g} MB/s per connection"
         )
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start (shared with others)")
         proc, http_port, capped_port = start_nginx(work, data, rate)
         capped, direct = f"http://127.0.0.1:{capped_port}", f"http://127.0.0.1:{http_port}"
 
-        print("\n  streams    ideal N*R      measured   vs N*R  vs limiter  seconds  CPU s/GB")
+        print("\n  streams    ideal N*R      measured   vs N*R  vs limiter  seconds  CPU s/GB  complete")
         results: dict[int, float] = {}
         effs: list[float] = []
         for n in streams:
@@ -239,14 +250,14 @@ async def main_async(args: argparse.Namespace) -> None:
             effs.append(nbytes / allowed(n, rate, secs))
             print(
                 f"  {n:7d}  {fmt(n * rate)}  {fmt(e2e)}  {e2e / (n * rate):6.0%}  {effs[-1]:9.1%}"
-                f"  {secs:7.1f}  {s.cpu_per_gb():8.2f}"
+                f"  {secs:7.1f}  {s.cpu_per_gb():8.2f}  {done_s(s)}"
             )
         s = await loader_run(direct, work / "dst", max(streams), None, args.max_seconds)
         ceiling, _, secs = s.rates()
         ceiling_cpu = s.cpu_per_gb()
         print(
             f"  {max(streams):7d}  {'unthrottled':>13}  {fmt(ceiling)}  {'':>6}  {'':>9}  {secs:7.1f}"
-            f"  {ceiling_cpu:8.2f}"
+            f"  {ceiling_cpu:8.2f}  {done_s(s)}"
             "   <- this machine's ceiling (loopback, SHA-256, page cache on 2 shared cores)"
         )
 
@@ -317,7 +328,9 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=20.0, help="cap on each run (throughput is a rate)")
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--no-direct-io", action="store_true", help="loader writes through the page cache")
     args = p.parse_args()
+    DIRECT_IO[0] = not args.no_direct_io
     for path in (NGINX, STREAM_MODULE):
         if not os.path.exists(path):
             sys.exit(f"{path} is missing: apt-get install nginx-light libnginx-mod-stream")

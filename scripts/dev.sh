@@ -19,6 +19,9 @@ system_packages() {
   command -v prometheus >/dev/null || missing+=(prometheus)
   [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
   command -v redis-server >/dev/null || missing+=(redis-server)
+  # The loader benchmark caps each connection with nginx's stream module; shellcheck lints e2e/kind.
+  [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing+=(libnginx-mod-stream)
+  command -v shellcheck >/dev/null || missing+=(shellcheck)
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" != 0 ]; then
     echo "missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2

@@ -69,3 +69,15 @@ def test_unchanged_status_writes_nothing() -> None:
     again = StatusDraft.from_status(first, NOW.replace(hour=5), 1)
     pool_phase(again, 2, {"status": {"replicas": 2, "readyReplicas": 2}})
     assert status_changes(first, again.to_status()) == {}
+
+
+def test_model_load_seconds_from_the_loader_termination_message() -> None:
+    from gem_operator.controllers.status import model_load_seconds
+
+    def loaded(message: str | None) -> dict[str, Any]:
+        state = {"terminated": {"exitCode": 0, **({"message": message} if message is not None else {})}}
+        return {"status": {"initContainerStatuses": [{"name": "model-loader", "state": state}]}}
+
+    pods = [loaded('{"seconds":41.5,"bytes":10}'), loaded('{"seconds":62.0}'), loaded("not json"), loaded(None)]
+    assert model_load_seconds(pods) == 62.0
+    assert model_load_seconds([loaded("garbage")]) is None

@@ -90,9 +90,15 @@ def test_samples_reconcile_to_children_and_ready_status(cluster: EmbeddedCluster
 
 
 def test_spec_change_patches_children(cluster: EmbeddedCluster, operator: OperatorThread) -> None:
-    cluster.apply(sample("rankingservice"))
+    # With the built-in autoscaler off, spec.replicas (what HPA/KEDA write) drives the Deployment;
+    # with it on, the autoscaler does (tests/integration/test_autoscaling.py).
+    manual = sample("rankingservice")
+    manual["spec"]["autoscaling"] = {"enabled": False}
+    cluster.apply(manual)
     wait_phase(cluster, "RankingService", "ads-ranker", "Ready")
-    cluster.apply({**sample("rankingservice"), "spec": {**sample("rankingservice")["spec"], "replicas": 5}})
+    image = "registry.example/gem-workloads:0.2.0"
+    spec = {**manual["spec"], "replicas": 5, "workload": {**manual["spec"]["workload"], "image": image}}
+    cluster.apply({**manual, "spec": spec})
     cluster.wait_for(lambda: children(cluster, "apps/v1", "Deployment", "ads-ranker")[0]["spec"]["replicas"] == 5)
 
     def five_ready() -> bool:
@@ -102,6 +108,8 @@ def test_spec_change_patches_children(cluster: EmbeddedCluster, operator: Operat
     cluster.wait_for(five_ready, timeout=30)
     rks = cluster.get(GEM, "RankingService", "ads-ranker", "default")
     assert rks is not None and rks["status"]["desiredReplicas"] == 5
+    (deploy,) = children(cluster, "apps/v1", "Deployment", "ads-ranker")
+    assert {c["image"] for c in deploy["spec"]["template"]["spec"]["containers"]} == {image}
     assert rks["status"]["observedGeneration"] == rks["metadata"]["generation"] == 2
 
     gemt = sample("gemtraining")
@@ -137,7 +145,8 @@ def test_deleting_a_resource_removes_its_children(cluster: EmbeddedCluster, oper
         ]
         return not left and cluster.get(GEM, "RankingService", "ads-ranker", "default") is None
 
-    cluster.wait_for(gone, timeout=20)
+    # kopf first stops the timers of a deleted object, then releases its finalizer; allow for that.
+    cluster.wait_for(gone, timeout=45)
 
 
 def test_invalid_resource_gets_invalidspec_and_no_children(cluster: EmbeddedCluster, operator: OperatorThread) -> None:

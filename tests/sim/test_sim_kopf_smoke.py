@@ -51,7 +51,11 @@ def make_registry(url: str) -> kopf.OperatorRegistry:
 
 @pytest.mark.parametrize("peering", [False, True], ids=["standalone", "peering"])
 def test_kopf_operator_creates_child_and_patches_status(
-    widget_crd: dict[str, Any], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, peering: bool
+    widget_crd: dict[str, Any],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    peering: bool,
 ) -> None:
     with EmbeddedCluster(fleet=None, crds=[widget_crd], lifecycle=LifecycleConfig(0, 0)) as cluster:
         monkeypatch.setenv("KUBECONFIG", str(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
@@ -65,6 +69,9 @@ def test_kopf_operator_creates_child_and_patches_status(
             args = ["run", "-n", "default", "--peering", "sim"]
         else:
             args = ["run", "-n", "default", "--standalone"]
+        # kopf's CLI replaces the process-wide default registry; put it back for later tests.
+        default_registry = kopf.get_default_registry()
+        request.addfinalizer(lambda: kopf.set_default_registry(default_registry))
         with KopfRunner(args, registry=make_registry(cluster.url), timeout=30) as runner:
             widget = {
                 "apiVersion": "gem.dev/v1alpha1",

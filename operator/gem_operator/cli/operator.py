@@ -23,15 +23,17 @@ class OperatorOptions:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-def _import_handlers() -> None:
-    # Importing registers the handlers; done lazily so that `gemop crds` never imports kopf handlers.
-    import gem_operator.controllers  # noqa: F401
+def _handlers() -> kopf.OperatorRegistry:
+    # Imported lazily so that `gemop crds` and friends never import the handlers.
+    from gem_operator.controllers import REGISTRY
+
+    return REGISTRY
 
 
 def run_foreground(opts: OperatorOptions) -> None:
     """Block running the operator until SIGINT/SIGTERM, exactly like `kopf run`."""
-    _import_handlers()
     kopf.run(
+        registry=_handlers(),
         standalone=opts.standalone,
         peering_name=opts.peering_name,
         liveness_endpoint=opts.liveness_endpoint,
@@ -52,10 +54,11 @@ class OperatorThread:
         self.error: BaseException | None = None
 
     def _main(self) -> None:
-        _import_handlers()
+        registry = _handlers()
         try:
             asyncio.run(
                 kopf.operator(
+                    registry=registry,
                     standalone=self._opts.standalone,
                     peering_name=self._opts.peering_name,
                     liveness_endpoint=self._opts.liveness_endpoint,

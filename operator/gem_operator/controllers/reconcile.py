@@ -7,6 +7,7 @@ no API writes, and an operator restarted mid-pass converges on the children it a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from gem_operator.api.validation import InvalidSpec, parse_spec
 from gem_operator.controllers import metrics
 from gem_operator.controllers.status import StatusDraft, invalid, status_changes
 from gem_operator.kube import ApplyResult, KubeApi
+from gem_operator.kube.client import UNKNOWN
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND
 
 
@@ -52,18 +54,37 @@ class PassContext:
 KindPass = Callable[[PassContext, Any, Outcome], Awaitable[None]]
 
 
+# Children applied at once: enough to pipeline a large gang's API calls, few enough to be polite.
+APPLY_CONCURRENCY = 16
+
+
 async def apply_children(
-    ctx: PassContext, info: KindInfo, manifests: Sequence[Mapping[str, Any]], outcome: Outcome
+    ctx: PassContext,
+    info: KindInfo,
+    manifests: Sequence[Mapping[str, Any]],
+    outcome: Outcome,
+    observed: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> dict[str, ApplyResult]:
-    """Apply each child; report creations/changes in one Event."""
-    results: dict[str, ApplyResult] = {}
-    for manifest in manifests:
-        immutable = manifest["kind"] == "Pod"
-        result = await ctx.kube.apply(manifest, immutable_spec=immutable)
-        key = f"{manifest['kind']}/{manifest['metadata']['name']}"
-        results[key] = result
+    """Apply each child (up to APPLY_CONCURRENCY at once); report creations/changes in one Event.
+
+    ``observed`` maps (kind, name) to objects the caller has just listed: for those kinds a child
+    missing from it is known to be absent, which saves a GET per child of a large gang.
+    """
+    semaphore = asyncio.Semaphore(APPLY_CONCURRENCY)
+    observed_kinds = {kind for kind, _ in (observed or {})}
+
+    async def one(manifest: Mapping[str, Any]) -> tuple[str, ApplyResult]:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        actual: Any = UNKNOWN
+        if observed is not None and kind in observed_kinds:
+            actual = observed.get((kind, name))
+        async with semaphore:
+            result = await ctx.kube.apply(manifest, immutable_spec=kind == "Pod", actual=actual)
         if result is not ApplyResult.UNCHANGED:
-            metrics.CHILDREN.labels(info.kind, manifest["kind"], result.value).inc()
+            metrics.CHILDREN.labels(info.kind, kind, result.value).inc()
+        return f"{kind}/{name}", result
+
+    results = dict(await asyncio.gather(*(one(m) for m in manifests)))
     changed: dict[str, list[str]] = {}
     for key, result in results.items():
         if result is not ApplyResult.UNCHANGED:
@@ -112,7 +133,28 @@ async def reconcile(
     memo: kopf.Memo,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
 ) -> None:
-    """One level-triggered pass for any of our kinds, called by kopf handlers and timers."""
+    """One level-triggered pass for any of our kinds, called by kopf handlers and timers.
+
+    kopf runs an object's timer concurrently with its change handlers; the per-object lock (the
+    memo is per object) serialises the passes, and ``body`` is kopf's live view, so a pass that
+    waited starts from the state the previous one left.
+    """
+    lock = memo.get("pass_lock")
+    if lock is None:
+        lock = memo["pass_lock"] = asyncio.Lock()
+    async with lock:
+        await _reconcile(info, kind_pass, body=body, patch=patch, memo=memo, logger=logger)
+
+
+async def _reconcile(
+    info: KindInfo,
+    kind_pass: KindPass,
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+) -> None:
     if body.get("metadata", {}).get("deletionTimestamp"):
         return  # being deleted: garbage collection removes the children; creating more would race it
     started = time.perf_counter()

@@ -11,7 +11,7 @@ from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
 from gem_operator.controllers.autoscaler import autoscale
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
 from gem_operator.controllers.settings import RESYNC_SECONDS
-from gem_operator.controllers.status import pool_phase
+from gem_operator.controllers.status import model_load_seconds, pool_phase
 from gem_operator.render.common import Owner, child_name, selector_labels
 from gem_operator.render.serving import (
     ROLE_PRECOMPUTE,
@@ -30,12 +30,16 @@ async def _pool_pass(
     info = RANKING_SERVICE if isinstance(spec, RankingServiceSpec) else SOLARIS_PRECOMPUTE
     name = child_name(owner, role)
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
+    pods = await ctx.kube.list("v1", "Pod", ctx.namespace, selector_labels(owner, role)) if deployment else []
+    loaded = model_load_seconds(pods)
+    outcome.draft.fields["modelLoadSeconds"] = (
+        loaded if loaded is not None else (ctx.body.get("status") or {}).get("modelLoadSeconds")
+    )
     if not spec.autoscaling.enabled:
         replicas = spec.replicas  # HPA/KEDA drive spec.replicas through the scale subresource
     elif deployment is None:
         replicas = desired_replicas_from_spec(spec)
     else:
-        pods = await ctx.kube.list("v1", "Pod", ctx.namespace, selector_labels(owner, role))
         current = int((deployment.get("spec") or {}).get("replicas") or 0)
         replicas = await autoscale(ctx, info.kind, spec, pods, current, outcome)
     if isinstance(spec, RankingServiceSpec):

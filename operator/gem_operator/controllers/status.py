@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -144,3 +145,20 @@ def pool_phase(draft: StatusDraft, desired: int, deployment: Mapping[str, Any] |
 def invalid(draft: StatusDraft, message: str) -> None:
     draft.fields["phase"] = "Invalid"
     draft.condition("Ready", "False", "InvalidSpec", message)
+
+
+def model_load_seconds(pods: Sequence[Mapping[str, Any]]) -> float | None:
+    """The slowest model load among the pods, from the loader init container's termination message."""
+    found: list[float] = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
+            if cs.get("name") != "model-loader":
+                continue
+            message = ((cs.get("state") or {}).get("terminated") or {}).get("message")
+            try:
+                seconds = json.loads(message)["seconds"] if message else None
+            except (ValueError, KeyError, TypeError):
+                seconds = None
+            if isinstance(seconds, (int, float)):
+                found.append(float(seconds))
+    return max(found) if found else None

@@ -7,6 +7,7 @@ exists -> status. Time is read once per pass and passed down.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +16,14 @@ import kopf
 from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
 from gem_operator.controllers import gang
-from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, prune_children, reconcile
+from gem_operator.controllers.reconcile import (
+    APPLY_CONCURRENCY,
+    Outcome,
+    PassContext,
+    apply_children,
+    prune_children,
+    reconcile,
+)
 from gem_operator.controllers.settings import RESYNC_SECONDS
 from gem_operator.controllers.status import observe_gang, training_phase
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
@@ -130,7 +138,8 @@ class TrainingPass:
             resume_from=checkpoint,
             placement_json={"planner": placement.get("planner"), "nodes": node_names, "score": placement.get("score")},
         )
-        await apply_children(self.ctx, INFO, children.all(), self.outcome)
+        observed = {("Pod", p["metadata"]["name"]): p for p in pods}
+        await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
         keep = {p["metadata"]["name"] for p in children.pods}
         await prune_children(self.ctx, INFO, "v1", "Pod", keep, self.outcome, {LABEL_ROLE: ROLE_WORKER})
         pods = [p for p in await self.pods() if p["metadata"]["name"] in keep]
@@ -267,11 +276,16 @@ class TrainingPass:
         if len(pods) != self.spec.num_nodes:
             return
         gated = [p for p in pods if any(g.get("name") == GANG_GATE for g in p["spec"].get("schedulingGates") or [])]
-        for pod in gated:
+        semaphore = asyncio.Semaphore(APPLY_CONCURRENCY)
+
+        async def ungate(pod: dict[str, Any]) -> None:
             gates = [g for g in pod["spec"]["schedulingGates"] if g.get("name") != GANG_GATE]
-            await self.ctx.kube.patch_merge(
-                "v1", "Pod", pod["metadata"]["name"], self.ctx.namespace, {"spec": {"schedulingGates": gates}}
-            )
+            async with semaphore:
+                await self.ctx.kube.patch_merge(
+                    "v1", "Pod", pod["metadata"]["name"], self.ctx.namespace, {"spec": {"schedulingGates": gates}}
+                )
+
+        await asyncio.gather(*(ungate(p) for p in gated))
         if gated:
             self.event("Normal", "Ungated", f"all {len(pods)} pods exist: scheduling gates removed")
 

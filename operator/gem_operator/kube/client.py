@@ -31,6 +31,9 @@ for _info in KINDS:
 _UNPATCHED_TOP = {"apiVersion", "kind", "status"}
 
 
+UNKNOWN = object()  # `actual` not given: read it first
+
+
 class ApplyResult(enum.StrEnum):
     CREATED = "created"
     PATCHED = "patched"
@@ -118,9 +121,12 @@ class KubeApi:
             raise
         return True
 
-    async def apply(self, manifest: Mapping[str, Any], *, immutable_spec: bool = False) -> ApplyResult:
+    async def apply(
+        self, manifest: Mapping[str, Any], *, immutable_spec: bool = False, actual: Any = UNKNOWN
+    ) -> ApplyResult:
         """Create the child, or merge-patch the fields that drifted.
 
+        ``actual`` is the object as the caller just listed it (None: absent), saving a GET per child.
         ``immutable_spec`` is for pods: their spec cannot be patched, and the server adds fields
         to it (default tolerations), so drift is judged by the ``gem.dev/spec-hash`` annotation
         alone, and a changed pod is deleted; the next reconcile creates it again once it is gone.
@@ -128,7 +134,8 @@ class KubeApi:
         meta = manifest["metadata"]
         api_version, kind = manifest["apiVersion"], manifest["kind"]
         name, namespace = meta["name"], meta.get("namespace", "default")
-        actual = await self.get(api_version, kind, name, namespace)
+        if actual is UNKNOWN:
+            actual = await self.get(api_version, kind, name, namespace)
         if actual is None:
             try:
                 await self.create(manifest)

@@ -23,6 +23,7 @@ ROLE_PRECOMPUTE = "precompute"
 MODEL_DIR = "/var/lib/gem/model"
 NODE_CACHE_DIR = "/var/cache/gem-models"
 NODE_CACHE_HOST_PATH = "/var/cache/gem-models"
+PRECOMPUTE_METRICS_PORT = 9102
 
 
 def desired_replicas_from_spec(spec: RankingServiceSpec | SolarisPrecomputeSpec) -> int:
@@ -45,6 +46,9 @@ def _loader_container(spec: ReplicaPoolSpec) -> dict[str, Any]:
         str(model.loader.part_size_mi_b * 1024 * 1024),
         "--progress",
         "json",
+        # Seconds and bytes of the load reach the operator through the init container's status.
+        "--termination-log",
+        "/dev/termination-log",
     ]
     if model.manifest_uri:
         args += ["--manifest", model.manifest_uri]
@@ -178,7 +182,13 @@ def render_precompute(owner: Owner, spec: SolarisPrecomputeSpec, replicas: int) 
         ",".join(spec.fallback.tiers),
         *spec.workload.args,
     ]
-    main: dict[str, Any] = {"name": "precompute", "command": ["python"], "args": args}
+    main: dict[str, Any] = {
+        "name": "precompute",
+        "command": ["python"],
+        "args": [*args, "--metrics-port", str(PRECOMPUTE_METRICS_PORT)],
+        # Backlog and oldest-item age for the autoscaler (docs/contracts.md).
+        "ports": [{"name": "metrics", "containerPort": PRECOMPUTE_METRICS_PORT}],
+    }
     if spec.store.credentials_secret_ref:
         main["envFrom"] = [{"secretRef": {"name": spec.store.credentials_secret_ref}}]
     template = _pod_template(owner, spec, ROLE_PRECOMPUTE, app, main)

@@ -36,6 +36,9 @@ class LifecycleConfig:
     start_delay: float = 0.2  # bound -> Running (image pull, container start)
     ready_delay: float = 0.2  # Running -> Ready (readiness probe)
     idle_interval: float = 1.0  # how often to look again when nothing is due
+    # After a change, wait this long before the next pass so that a burst (a gang of n pods
+    # created one by one) costs one pass, not n passes over every pod.
+    coalesce: float = 0.05
 
 
 def _now() -> str:
@@ -97,18 +100,25 @@ class PodLifecycle:
         if res in _WATCHED:
             self._wake.set()
 
+    _stopping = False
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="gem-sim-lifecycle")
 
     async def stop(self) -> None:
         if self._task is not None:
+            # A flag as well as cancel(): on Python 3.11 `asyncio.wait_for` can swallow a
+            # cancellation that lands as its inner wait completes, and the loop would run on.
+            self._stopping = True
+            self._wake.set()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+            self._stopping = False
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             self._wake.clear()
             try:
                 due = await self.step()
@@ -117,6 +127,8 @@ class PodLifecycle:
                 due = self.config.idle_interval
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=due)
+            if self.config.coalesce:
+                await asyncio.sleep(self.config.coalesce)
 
     async def step(self) -> float:
         """One pass over controllers, scheduling and kubelet; returns seconds until next due."""
@@ -182,7 +194,10 @@ class PodLifecycle:
 
     async def _schedule(self, pod: Obj, pods: list[Obj], nodes: list[Obj], now: float) -> None:
         spec, meta = pod.get("spec") or {}, pod["metadata"]
+        current = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}.get("PodScheduled", {})
         if spec.get("schedulingGates"):
+            if current.get("reason") == "SchedulingGated":
+                return  # already reported; re-writing it every pass would make a gang of n pods cost n^2
             message = "Scheduling is blocked due to non-empty scheduling gates"
             conditions = _conditions(pod, {"PodScheduled": ("False", "SchedulingGated", message)})
             await self._status(pod, {"phase": "Pending", "conditions": conditions})
@@ -190,6 +205,8 @@ class PodLifecycle:
         others = [p for p in pods if p["metadata"]["uid"] != meta["uid"]]
         node, message = choose_node(pod, nodes, others)
         if node is None:
+            if current.get("reason") == "Unschedulable" and current.get("message") == message:
+                return
             conditions = _conditions(pod, {"PodScheduled": ("False", "Unschedulable", message)})
             await self._status(pod, {"phase": "Pending", "conditions": conditions})
             return

@@ -42,14 +42,19 @@ def allocatable_gpus(node: Mapping[str, Any]) -> int:
     return int(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0))
 
 
+def gpus_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """GPUs held per node by pods bound there and not finished (one pass over the pods)."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and (pod.get("status") or {}).get("phase") not in FINISHED:
+            out[node] = out.get(node, 0) + gpu_request(pod)
+    return out
+
+
 def used_gpus(node_name: str, pods: Iterable[Mapping[str, Any]]) -> int:
     """GPUs held by pods bound to the node and not finished (nor being deleted)."""
-    return sum(
-        gpu_request(pod)
-        for pod in pods
-        if (pod.get("spec") or {}).get("nodeName") == node_name
-        and (pod.get("status") or {}).get("phase") not in FINISHED
-    )
+    return gpus_by_node(pods).get(node_name, 0)
 
 
 def tolerates(pod: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
@@ -93,7 +98,14 @@ def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> Mappin
     return None
 
 
-def why_not(pod: Mapping[str, Any], node: Mapping[str, Any], pods: list[Obj], *, ignore_gpus: bool = False) -> str:
+def why_not(
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    pods: list[Obj],
+    *,
+    ignore_gpus: bool = False,
+    usage: Mapping[str, int] | None = None,
+) -> str:
     """Empty when the node can take the pod, else the scheduler-style reason."""
     if not node_ready(node):
         return "node(s) were not ready"
@@ -105,7 +117,8 @@ def why_not(pod: Mapping[str, Any], node: Mapping[str, Any], pods: list[Obj], *,
     if taint is not None:
         return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
     name = node["metadata"]["name"]
-    if not ignore_gpus and gpu_request(pod) > allocatable_gpus(node) - used_gpus(name, pods):
+    used = (usage if usage is not None else gpus_by_node(pods)).get(name, 0)
+    if not ignore_gpus and gpu_request(pod) > allocatable_gpus(node) - used:
         return f"Insufficient {GPU}"
     return ""
 
@@ -119,20 +132,21 @@ def choose_node(pod: Mapping[str, Any], nodes: list[Obj], pods: list[Obj]) -> tu
     candidates = [n for n in nodes if not wanted or n["metadata"]["name"] == wanted]
     if wanted and not candidates:
         return None, f'node "{wanted}" not found'
+    usage = gpus_by_node(pods)
     reasons: dict[str, int] = {}
     feasible: list[tuple[int, str]] = []
     for node in candidates:
         # spec.nodeName bypasses the scheduler's selector and taint checks, not capacity.
         reason = (
-            why_not(pod, node, pods)
+            why_not(pod, node, pods, usage=usage)
             if not wanted
-            else ("" if gpu_request(pod) <= allocatable_gpus(node) - used_gpus(wanted, pods) else f"Insufficient {GPU}")
+            else ("" if gpu_request(pod) <= allocatable_gpus(node) - usage.get(wanted, 0) else f"Insufficient {GPU}")
         )
         name = node["metadata"]["name"]
         if reason:
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
-            feasible.append((allocatable_gpus(node) - used_gpus(name, pods), name))
+            feasible.append((allocatable_gpus(node) - usage.get(name, 0), name))
     if feasible:
         return min(feasible)[1], ""
     detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))

@@ -96,3 +96,14 @@ def test_part_size_must_be_multiple_of_manifest_part(
     rc = main(["pull", str(src), str(tmp_path / "dst"), "--part-size", "96KiB", "--progress", "none"])
     assert rc == 2
     assert "--part-size: 98304 is not a multiple" in capsys.readouterr().err
+
+
+def test_pull_writes_the_summary_to_the_termination_log(tmp_path: Path, helpers: Any) -> None:
+    """The operator reads modelLoadSeconds from the init container's termination message."""
+    src = helpers.make_model(tmp_path / "m", {"a.bin": 200_000})
+    log = tmp_path / "termination-log"
+    args = ["pull", str(src), str(tmp_path / "dest"), "--progress", "none", "--termination-log", str(log)]
+    assert main(args) == 0
+    summary = json.loads(log.read_text())
+    assert summary["bytes"] == 200_000 and summary["seconds"] >= 0
+    assert summary["manifestDigest"] == Manifest.from_json((src / "manifest.json").read_text()).digest

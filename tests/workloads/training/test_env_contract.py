@@ -144,3 +144,15 @@ def test_prometheus_exporter_serves_training_series() -> None:
     body = urllib.request.urlopen(f"http://127.0.0.1:{metrics.port}/metrics", timeout=5).read().decode()
     assert 'gem_train_step{job="t",node_rank="0"} 7.0' in body
     assert "gem_train_examples_total" in body and "gem_train_auc" in body
+
+
+def test_newest_checkpoint_is_reported_in_the_termination_message(tmp_path: Path) -> None:
+    import json
+
+    from gem_workloads.training.trainer import report_checkpoint
+
+    log = tmp_path / "termination-log"
+    assert report_checkpoint(tmp_path / "ckpt" / "step-000400", str(log))
+    assert json.loads(log.read_text()) == {"checkpoint": "step-000400"}
+    assert not report_checkpoint(None, str(log))
+    assert not report_checkpoint(tmp_path / "x" / "step-1", str(tmp_path / "missing-dir" / "log"))

@@ -48,9 +48,13 @@ class DotInteractionTop(nn.Module):
         self.top = mlp([dim + rows.numel(), *top, num_tasks])
 
     def forward(self, tokens: Tensor, dense_token: Tensor) -> Tensor:
-        dots = torch.bmm(tokens, tokens.transpose(1, 2))[:, self.get_buffer("rows"), self.get_buffer("cols")]
-        out: Tensor = self.top(torch.cat([dense_token, dots], dim=1))
+        out: Tensor = self.top(self.features(tokens, dense_token))
         return out
+
+    def features(self, tokens: Tensor, dense_token: Tensor) -> Tensor:
+        """What the top MLP reads: the dense token and the pairwise dots."""
+        dots = torch.bmm(tokens, tokens.transpose(1, 2))[:, self.get_buffer("rows"), self.get_buffer("cols")]
+        return torch.cat([dense_token, dots], dim=1)
 
 
 class DLRMModel(nn.Module):
@@ -85,11 +89,22 @@ class DLRMModel(nn.Module):
     def score_candidates(
         self, user_state: UserState, candidates: CandidateFeatures, user_index: Tensor | None = None
     ) -> Tensor:
+        logits: Tensor = self.interaction.top(self.embed_candidates(user_state, candidates, user_index))
+        return logits
+
+    def embed_candidates(
+        self, user_state: UserState, candidates: CandidateFeatures, user_index: Tensor | None = None
+    ) -> Tensor:
+        """The user-ad embedding ``[N, embedding_size]`` the top MLP reads (what Solaris precomputes)."""
         state = user_state if user_index is None else user_state.select(user_index)
         item = pooled_tokens(self.sparse.item, candidates.categorical, self._item_names)
         tokens = torch.cat([state.tokens, item, self.domain_token(candidates.domain)], dim=1)
-        logits: Tensor = self.interaction(tokens, state.tokens[:, 0])
-        return logits
+        return self.interaction.features(tokens, state.tokens[:, 0])
+
+    @property
+    def embedding_size(self) -> int:
+        """Width of :meth:`embed_candidates` rows."""
+        return self.config.embedding_dim + int(self.interaction.get_buffer("rows").numel())
 
     def forward(self, batch: Batch) -> Tensor:
         return self.score_candidates(self.encode_user(batch.user), batch.candidate)

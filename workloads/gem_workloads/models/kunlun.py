@@ -257,6 +257,13 @@ class KunlunModel(nn.Module):
         candidate ``n`` belongs to user ``n``). One request = one user row and N candidates
         with ``user_index = zeros(N)``: the sequence is encoded once, not N times.
         """
+        logits: Tensor = self.heads(self.embed_candidates(user_state, candidates, user_index))
+        return logits
+
+    def embed_candidates(
+        self, user_state: UserState, candidates: CandidateFeatures, user_index: Tensor | None = None
+    ) -> Tensor:
+        """The user-ad embedding ``[N, embedding_size]`` the task heads read (what Solaris precomputes)."""
         state = user_state if user_index is None else user_state.select(user_index)
         item = pooled_tokens(self.sparse.item, candidates.categorical, self._item_names)
         # Per-token LayerNorm: embedding tables start at very different scales.
@@ -264,8 +271,14 @@ class KunlunModel(nn.Module):
         for layer, interaction in enumerate(self.interactions):
             x = interaction(torch.cat([state.summaries[:, layer], x], dim=1), x, candidates.domain)
         final = torch.cat([x.flatten(1), state.summaries[:, -1].flatten(1)], dim=1)
-        logits: Tensor = self.heads(final)
-        return logits
+        return final
+
+    @property
+    def embedding_size(self) -> int:
+        """Width of :meth:`embed_candidates` rows."""
+        cfg = self.config
+        n_feat = self.num_user_tokens + len(self._item_names) + 1
+        return (n_feat + cfg.num_seeds) * cfg.embedding_dim
 
     def forward(self, batch: Batch) -> Tensor:
         return self.score_candidates(self.encode_user(batch.user), batch.candidate)

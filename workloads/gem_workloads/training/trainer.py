@@ -445,6 +445,24 @@ def run_worker(args: TrainArgs, env: TrainingEnv, local_rank: int) -> None:
         trainer.run()
     finally:
         trainer.close()
+        if local_rank == 0 and trainer.checkpoints is not None:
+            report_checkpoint(trainer.checkpoints.latest())
+
+
+def report_checkpoint(latest: Path | None, path: str | None = None) -> bool:
+    """Tell the operator the newest checkpoint through the container's termination message.
+
+    docs/contracts.md: JSON {"checkpoint": "step-000400"} in /dev/termination-log (or
+    $GEM_TERMINATION_LOG). Best effort: outside a pod the file is absent and nothing is written.
+    """
+    target = Path(path or os.environ.get("GEM_TERMINATION_LOG", "/dev/termination-log"))
+    if latest is None or not target.parent.is_dir():
+        return False
+    try:
+        target.write_text(json.dumps({"checkpoint": latest.name}))
+    except OSError:
+        return False
+    return True
 
 
 def spawned_worker(local_rank: int, args: TrainArgs, env: TrainingEnv) -> None:
@@ -452,4 +470,4 @@ def spawned_worker(local_rank: int, args: TrainArgs, env: TrainingEnv) -> None:
     run_worker(args, env, local_rank)
 
 
-__all__ = ["TrainArgs", "Trainer", "masked_bce", "run_worker", "spawned_worker"]
+__all__ = ["TrainArgs", "Trainer", "masked_bce", "report_checkpoint", "run_worker", "spawned_worker"]

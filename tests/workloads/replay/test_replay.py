@@ -1,0 +1,139 @@
+"""Trace replayer: trace formats, and open-loop load against a real ranking server process."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from gem_workloads.replay.__main__ import main as replay_main
+from gem_workloads.replay.runner import ReplayConfig, replay
+from gem_workloads.replay.trace import TraceError, load_trace
+
+pytestmark = pytest.mark.workloads
+
+AZURE = Path(__file__).resolve().parents[3] / "data" / "traces" / "azure-llm-2023-code.csv"
+
+
+def test_csv_trace_with_datetimes_and_costs(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(
+        "TIMESTAMP,ContextTokens\n"
+        "2023-11-16 18:17:04.0319600,300\n"
+        "2023-11-16 18:17:03.9799600,100\n"
+        "2023-11-16 18:17:05.9799600,200\n"
+    )
+    a = load_trace(p, "ContextTokens")
+    assert a.times == pytest.approx([0.0, 0.052, 2.0])
+    assert a.costs == pytest.approx([0.5, 1.5, 1.0])
+    assert load_trace(p).costs == [1.0, 1.0, 1.0]
+
+
+def test_jsonl_trace_with_counts(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"t": 1.0, "cost": 4, "count": 2}\n\n{"t": 0.5}\n')
+    a = load_trace(p)
+    assert a.times == [0.0, 0.5, 0.5]
+    assert a.costs == pytest.approx([1 / 5 * 3, 2 / 5 * 3, 2 / 5 * 3])
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("a.csv", "WHEN\n1\n", "line 1: no TIMESTAMP column"),
+        ("a.csv", "TIMESTAMP\n1\nyesterday\n", "line 3, column TIMESTAMP"),
+        ("a.csv", "", "empty file"),
+        ("a.jsonl", '{"t": 1}\n{"t": "x"}\n', "line 2, field t"),
+        ("a.jsonl", '{"t": 1}\n{oops\n', "line 2: not JSON"),
+    ],
+)
+def test_bad_traces_name_the_line(tmp_path: Path, name: str, text: str, message: str) -> None:
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(TraceError, match=message):
+        load_trace(p)
+
+
+def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay_main(["--trace", str(tmp_path / "missing.csv"), "--url", "http://127.0.0.1:9"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert replay_main(["--trace", str(AZURE), "--url", "http://x", "--speedup", "0"]) == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    pytest.importorskip("torch")
+    pytest.importorskip("torchrec")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "gem_workloads.serving", "--preset", "tiny", "--port", str(port)]
+    cmd += ["--host", "127.0.0.1", "--max-candidates", "256", "--threads", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("server not ready after 90 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.mark.servers
+def test_achieved_rate_matches_the_trace_at_modest_load(server_url: str) -> None:
+    """Six seconds of the Azure trace at 10x (about 25 requests/s, bursty), 16 candidates per request."""
+    arrivals = load_trace(AZURE, "ContextTokens")
+    cfg = ReplayConfig(url=server_url, speedup=10.0, duration=6.0, candidates=16, max_candidates=64, seq_len=16)
+    out = io.StringIO()
+    summary = asyncio.run(replay(arrivals, cfg, out))
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    intervals = [x for x in lines if "summary" not in x]
+    assert len(intervals) == 6 and lines[-1] == summary
+    assert summary["scheduled"] > 60 and summary["errors"] == {} and summary["skipped"] == 0
+    assert summary["achieved_rate"] == pytest.approx(summary["trace_rate"], rel=0.05)
+    assert summary["send_late_p99_ms"] < 100  # open loop: requests left on time
+    assert summary["p99_ms"] is not None and summary["p99_ms"] < 2000
+    assert sum(x["ok"] for x in intervals) == summary["ok"]
+    assert all({"trace_rate", "achieved_rate", "p50_ms", "p99_ms"} <= set(x) for x in intervals)
+
+
+@pytest.mark.servers
+def test_cli_bounded_by_count(server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"t": i * 0.01, "cost": 1 + i % 3}) + "\n" for i in range(500)))
+    rc = replay_main(["--trace", str(trace), "--url", server_url + "/v1/rank", "--max-requests", "20"])
+    assert rc == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[-1]["summary"] and lines[-1]["scheduled"] == 20 and lines[-1]["ok"] == 20

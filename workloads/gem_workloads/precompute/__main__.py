@@ -1,0 +1,104 @@
+"""``python -m gem_workloads.precompute``: a pod of Solaris precompute workers on Ray.
+
+    python -m gem_workloads.precompute --model DIR --store redis://r:6379/0 --ttl-seconds 3600 \\
+        --key-prefix gem:emb --source redis://r:6379/0 --stream gem:candidates --group solaris \\
+        --batch-size 256 --fallback exact,userAdGroupAggregate,similarUser [--workers 1] [--metrics-port 9102]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+
+from prometheus_client import start_http_server
+
+from .service import PrecomputeMetrics, install_sigterm, run_pool
+from .store import check_tiers
+from .worker import WorkerConfig
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gem_workloads.precompute", description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", help="model directory (default $GEM_MODEL_DIR)")
+    src.add_argument("--preset", help="a randomly initialised preset instead of a model directory")
+    p.add_argument("--store", required=True, help="redis:// URL of the embedding store")
+    p.add_argument("--ttl-seconds", type=int, default=3600)
+    p.add_argument("--key-prefix", default="gem:emb")
+    p.add_argument("--source", required=True, help="redis:// URL of the candidate-set stream")
+    p.add_argument("--stream", default="gem:candidates")
+    p.add_argument("--group", default="solaris")
+    p.add_argument("--batch-size", type=int, default=256, help="pairs per embedding batch")
+    p.add_argument("--fallback", default="exact,userAdGroupAggregate,similarUser", help="read-path tiers, in order")
+    p.add_argument("--workers", type=int, default=1, help="Ray worker actors in this pod")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0)
+    p.add_argument("--metrics-port", type=int, default=9102, help="Prometheus /metrics (0: off)")
+    p.add_argument(
+        "--consumer", default=os.environ.get("HOSTNAME") or socket.gethostname(), help="consumer-name prefix"
+    )
+    p.add_argument("--claim-idle-ms", type=int, default=30_000, help="take over entries pending this long elsewhere")
+    p.add_argument("--max-pairs-per-set", type=int, default=256)
+    p.add_argument("--read-count", type=int, default=16, help="stream entries per read")
+    p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, batch jobs)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    model_dir = args.model or (None if args.preset else os.environ.get("GEM_MODEL_DIR"))
+    if not model_dir and not args.preset:
+        print("error: give --model DIR (or set GEM_MODEL_DIR) or --preset NAME", file=sys.stderr)
+        return 2
+    try:
+        tiers = check_tiers(args.fallback.split(","))
+        cfg = WorkerConfig(
+            stream=args.stream,
+            group=args.group,
+            consumer=args.consumer,
+            key_prefix=args.key_prefix,
+            ttl_seconds=args.ttl_seconds,
+            tiers=tiers,
+            batch_size=args.batch_size,
+            read_count=args.read_count,
+            claim_idle_ms=args.claim_idle_ms,
+            max_pairs_per_set=args.max_pairs_per_set,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.workers < 1 or args.ttl_seconds < 1:
+        print("error: --workers and --ttl-seconds must be >= 1", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import ray
+
+    metrics = PrecomputeMetrics()
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=metrics.registry)
+    stop = threading.Event()
+    ray.init(num_cpus=args.workers, include_dashboard=False, configure_logging=False)
+    install_sigterm(stop)  # after ray.init, which installs its own SIGTERM handler
+    total = run_pool(
+        cfg,
+        args.source,
+        args.store,
+        model_dir,
+        args.preset,
+        args.workers,
+        metrics,
+        stop,
+        max_seconds=args.max_seconds,
+        gpus_per_worker=args.gpus_per_worker,
+    )
+    ray.shutdown()
+    print(json.dumps({"stopped": True, **total.__dict__}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

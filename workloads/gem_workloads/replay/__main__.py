@@ -1,0 +1,74 @@
+"""``python -m gem_workloads.replay --trace TRACE --url URL [--speedup X] [--duration S]``.
+
+Replays a trace (CSV with TIMESTAMP, or JSONL ``{"t", "cost"}``) against a ranking server, open
+loop, and prints one JSON line per interval (achieved rate, latency percentiles) and a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from .runner import ReplayConfig, replay
+from .trace import TraceError, load_trace
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gem_workloads.replay", description=__doc__.split("\n")[0])
+    p.add_argument("--trace", required=True, help="CSV with a TIMESTAMP column, or JSONL {t, cost[, count]}")
+    p.add_argument("--url", required=True, help="ranking server base URL (or its /v1/rank URL)")
+    p.add_argument("--speedup", type=float, default=1.0, help="replay the trace X times faster")
+    p.add_argument("--duration", type=float, default=None, help="replay at most S seconds (after speedup)")
+    p.add_argument("--max-requests", type=int, default=100_000)
+    p.add_argument("--max-in-flight", type=int, default=512)
+    p.add_argument("--timeout", type=float, default=10.0, help="per-request timeout, seconds")
+    p.add_argument("--interval", type=float, default=1.0, help="reporting interval, seconds")
+    p.add_argument("--cost-column", default=None, help="CSV column that weights requests (e.g. ContextTokens)")
+    p.add_argument("--candidates", type=int, default=64, help="candidates of a request of average cost")
+    p.add_argument("--max-candidates", type=int, default=2048)
+    p.add_argument("--seq-len", type=int, default=None, help="events in the user sequence (default: the model's)")
+    p.add_argument("--body", default=None, help="a request body file to cut requests from (default: ask the server)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.speedup <= 0 or (args.duration is not None and args.duration <= 0) or args.interval <= 0:
+        print("error: --speedup, --duration and --interval must be > 0", file=sys.stderr)
+        return 2
+    if min(args.max_requests, args.max_in_flight, args.candidates, args.max_candidates) < 1:
+        print("error: --max-requests, --max-in-flight, --candidates, --max-candidates must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        arrivals = load_trace(args.trace, args.cost_column)
+        template = None
+        if args.body:
+            with open(args.body) as f:
+                template = json.load(f)
+    except (TraceError, OSError, json.JSONDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cfg = ReplayConfig(
+        url=args.url,
+        speedup=args.speedup,
+        duration=args.duration,
+        max_requests=args.max_requests,
+        max_in_flight=args.max_in_flight,
+        timeout_s=args.timeout,
+        interval_s=args.interval,
+        candidates=args.candidates,
+        max_candidates=args.max_candidates,
+        seq_len=args.seq_len,
+    )
+    try:
+        asyncio.run(replay(arrivals, cfg, template=template))
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

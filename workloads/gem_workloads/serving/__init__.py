@@ -1,0 +1,1 @@
+"""Ranking server with request-oriented computation sharing (see :mod:`.app` and :mod:`.engine`)."""
