@@ -6,7 +6,7 @@ Scenarios (all replayed by `gem_operator.autoscaling.replay.simulate` on simulat
 the service model's defaults: 200 cost units/s per replica, replicas Ready 120 s after
 creation = 30 s pod start + 90 s model load, GPUs held from creation):
 
-- `shared-trace`: ../shared/data/traces/azure-llm-2023-code.csv (1 h of real, very bursty
+- `shared-trace`: data/traces/azure-llm-2023-code.csv (1 h of real, very bursty
   arrivals), each request weighted by its ContextTokens (normalised to mean 1), scaled so
   that static peak provisioning needs >= 20 replicas.
 - `diurnal`: 24 h synthetic day, request rate 1,000-3,000/s (sinusoid, trough 04:00, peak
@@ -51,7 +51,7 @@ from gem_operator.autoscaling.replay import (
 from gem_operator.autoscaling.service_model import ServiceModel
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACE = ROOT.parent / "shared" / "data" / "traces" / "azure-llm-2023-code.csv"
+SHARED_TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"
 MIN_STATIC_REPLICAS = 20
 
 SERVICE = {
