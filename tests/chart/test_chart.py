@@ -289,6 +289,16 @@ def test_model_cache_daemonset_toggle(chart: helm.Chart) -> None:
     assert prepare["securityContext"]["readOnlyRootFilesystem"] is True
     off = one(render(chart, {"modelCache": {"enabled": True, "prepareHostPath": False}}), "DaemonSet")
     assert "initContainers" not in off["spec"]["template"]["spec"]
+    # The loader's peers: a Service over the cache pods, announced to the operator.
+    cache_svc = next(d for d in of_kind(docs, "Service") if d["metadata"]["name"].endswith("-model-cache"))
+    assert cache_svc["spec"]["ports"][0]["port"] == 9470
+    assert cache_svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    env = {
+        e["name"]: e.get("value") for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["GEM_MODEL_PEERS"] == f"http://{cache_svc['metadata']['name']}.{NAMESPACE}.svc:9470"
+    plain = one(render(chart), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "GEM_MODEL_PEERS" not in {e["name"] for e in plain}
 
 
 def test_image_by_digest_and_overrides(chart: helm.Chart) -> None:

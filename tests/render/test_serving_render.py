@@ -71,3 +71,15 @@ def test_precompute_deployment() -> None:
     main = deploy["spec"]["template"]["spec"]["containers"][0]
     assert "--fallback" in main["args"] and "exact,userAdGroupAggregate,similarUser" in main["args"]
     assert main["envFrom"] == [{"secretRef": {"name": "redis-pass"}}]
+
+
+def test_loader_tries_peers_when_the_cache_daemonset_is_there() -> None:
+    url = "http://gem-operator-model-cache.gem-system.svc:8470"
+    deploy, _ = render_ranking_service(OWNER, ranking(), 1, peers=[url])
+    args = deploy["spec"]["template"]["spec"]["initContainers"][0]["args"]
+    assert args[args.index("--peers") + 1] == url
+    off = ranking(model={"uri": "s3://m/v1", "loader": {"peerCache": False}})
+    deploy, _ = render_ranking_service(OWNER, off, 1, peers=[url])
+    assert "--peers" not in deploy["spec"]["template"]["spec"]["initContainers"][0]["args"]
+    deploy, _ = render_ranking_service(OWNER, ranking(), 1)
+    assert "--peers" not in deploy["spec"]["template"]["spec"]["initContainers"][0]["args"]

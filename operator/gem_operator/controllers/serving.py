@@ -10,7 +10,7 @@ from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
 from gem_operator.controllers.autoscaler import autoscale
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
-from gem_operator.controllers.settings import RESYNC_SECONDS
+from gem_operator.controllers.settings import MODEL_PEERS, RESYNC_SECONDS
 from gem_operator.controllers.status import model_load_seconds, pool_phase
 from gem_operator.render.common import Owner, child_name, selector_labels
 from gem_operator.render.serving import (
@@ -43,9 +43,9 @@ async def _pool_pass(
         current = int((deployment.get("spec") or {}).get("replicas") or 0)
         replicas = await autoscale(ctx, info.kind, spec, pods, current, outcome)
     if isinstance(spec, RankingServiceSpec):
-        manifests = render_ranking_service(owner, spec, replicas)
+        manifests = render_ranking_service(owner, spec, replicas, MODEL_PEERS)
     else:
-        manifests = render_precompute(owner, spec, replicas)
+        manifests = render_precompute(owner, spec, replicas, MODEL_PEERS)
     await apply_children(ctx, info, manifests, outcome)
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     outcome.draft.fields["selector"] = pool_selector(owner, role)

@@ -16,6 +16,8 @@ from gem_operator.kube import KubeApi
 
 RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("GEM_METRICS_PORT", "0"))
+# Model-cache peers for the loader (the chart's cache Service when its DaemonSet is enabled).
+MODEL_PEERS: tuple[str, ...] = tuple(u for u in os.environ.get("GEM_MODEL_PEERS", "").split(",") if u)
 
 
 @kopf.on.startup()

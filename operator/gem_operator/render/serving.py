@@ -6,6 +6,7 @@ node-local cache on a hostPath so pods on one node download a model once (docs/c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gem_operator.api.serving import RankingServiceSpec, ReplicaPoolSpec, SolarisPrecomputeSpec
@@ -34,7 +35,7 @@ def desired_replicas_from_spec(spec: RankingServiceSpec | SolarisPrecomputeSpec)
     return max(scaling.min_replicas, min(spec.replicas, scaling.max_replicas))
 
 
-def _loader_container(spec: ReplicaPoolSpec) -> dict[str, Any]:
+def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str]) -> dict[str, Any]:
     model = spec.model
     args = [
         "pull",
@@ -54,6 +55,9 @@ def _loader_container(spec: ReplicaPoolSpec) -> dict[str, Any]:
         args += ["--manifest", model.manifest_uri]
     if model.loader.node_cache:
         args += ["--cache", NODE_CACHE_DIR]
+    if model.loader.peer_cache and peers:
+        # Nodes whose cache already holds the model serve it first; the origin is the fallback.
+        args += ["--peers", ",".join(peers)]
     container: dict[str, Any] = {
         "name": "model-loader",
         "image": spec.workload.image,
@@ -70,7 +74,9 @@ def _loader_container(spec: ReplicaPoolSpec) -> dict[str, Any]:
     return container
 
 
-def _pod_template(owner: Owner, spec: ReplicaPoolSpec, role: str, app: str, main: dict[str, Any]) -> dict[str, Any]:
+def _pod_template(
+    owner: Owner, spec: ReplicaPoolSpec, role: str, app: str, main: dict[str, Any], peers: Sequence[str]
+) -> dict[str, Any]:
     wl = spec.workload
     main = {
         "image": wl.image,
@@ -91,7 +97,7 @@ def _pod_template(owner: Owner, spec: ReplicaPoolSpec, role: str, app: str, main
     if spec.model.loader.node_cache:
         volumes.append({"name": "node-cache", "hostPath": {"path": NODE_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}})
     pod_spec: dict[str, Any] = {
-        "initContainers": [_loader_container(spec)],
+        "initContainers": [_loader_container(spec, peers)],
         "containers": [main],
         "volumes": volumes,
     }
@@ -118,8 +124,10 @@ def _deployment(owner: Owner, role: str, app: str, replicas: int, template: dict
     }
 
 
-def render_ranking_service(owner: Owner, spec: RankingServiceSpec, replicas: int) -> list[dict[str, Any]]:
-    """Deployment + ClusterIP Service of the ranking servers."""
+def render_ranking_service(
+    owner: Owner, spec: RankingServiceSpec, replicas: int, peers: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Deployment + ClusterIP Service of the ranking servers (``peers``: model-cache peer URLs)."""
     app = "gem-ranking"
     args = [
         "-m",
@@ -143,7 +151,7 @@ def render_ranking_service(owner: Owner, spec: RankingServiceSpec, replicas: int
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
     }
-    template = _pod_template(owner, spec, ROLE_SERVER, app, main)
+    template = _pod_template(owner, spec, ROLE_SERVER, app, main, peers)
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -156,8 +164,10 @@ def render_ranking_service(owner: Owner, spec: RankingServiceSpec, replicas: int
     return [_deployment(owner, ROLE_SERVER, app, replicas, template), service]
 
 
-def render_precompute(owner: Owner, spec: SolarisPrecomputeSpec, replicas: int) -> list[dict[str, Any]]:
-    """Deployment of the Solaris precompute workers."""
+def render_precompute(
+    owner: Owner, spec: SolarisPrecomputeSpec, replicas: int, peers: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Deployment of the Solaris precompute workers (``peers``: model-cache peer URLs)."""
     app = "gem-precompute"
     args = [
         "-m",
@@ -191,7 +201,7 @@ def render_precompute(owner: Owner, spec: SolarisPrecomputeSpec, replicas: int) 
     }
     if spec.store.credentials_secret_ref:
         main["envFrom"] = [{"secretRef": {"name": spec.store.credentials_secret_ref}}]
-    template = _pod_template(owner, spec, ROLE_PRECOMPUTE, app, main)
+    template = _pod_template(owner, spec, ROLE_PRECOMPUTE, app, main, peers)
     return [_deployment(owner, ROLE_PRECOMPUTE, app, replicas, template)]
 
 
