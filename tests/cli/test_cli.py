@@ -119,3 +119,27 @@ def test_sim_up_serves_a_cluster_with_the_operator(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+def test_plan_explains_feasible_infeasible_and_invalid_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = ROOT / "crds" / "samples" / "gemtraining.yaml"
+    assert main(["plan", str(job), "--fleet", "demo"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("feasible: 4 pods x 8 GPUs = 32 ranks")
+    assert "node rank -> host" in out
+    assert main(["plan", str(job), "--fleet", "demo", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["feasible"] is True
+
+    too_big = tmp_path / "big.yaml"
+    too_big.write_text(
+        yaml.safe_dump({"spec": {"parallelism": {"dpReplicate": 16, "tp": 8}, "checkpoint": {"uri": "/c"}}})
+    )
+    assert main(["plan", str(too_big), "--fleet", "demo"]) == 1
+    assert "infeasible: needs 16 hosts with 8 free GPUs" in capsys.readouterr().out
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"spec": {"parallelism": {"tp": 3}, "checkpoint": {"uri": "/c"}}}))
+    assert main(["plan", str(bad)]) == 2
+    assert "parallelism.tp (3) must divide gpusPerNode (8)" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "missing.yaml")]) == 2
+    assert "gemop plan:" in capsys.readouterr().err
