@@ -63,9 +63,6 @@ class DLRMModel(nn.Module):
         dev = device or torch.device("cpu")
         d = config.embedding_dim
         self.schema, self.config = schema, config
-        self._user_names = [f.name for f in schema.user_features]
-        self._item_names = [f.name for f in schema.item_features]
-        self._seq_names = [f.name for f in schema.sequence_features]
         self.sparse = DLRMSparse(schema, d, dev)
         self.bottom = BottomMLP(schema.num_user_dense, config.dlrm_bottom, d)
         self.domain_token = DomainToken(schema.num_domains, d)
@@ -79,8 +76,8 @@ class DLRMModel(nn.Module):
         tokens = torch.cat(
             [
                 self.bottom(user.dense),
-                pooled_tokens(self.sparse.user, user.categorical, self._user_names),
-                pooled_tokens(self.sparse.sequence, user.sequence, self._seq_names),
+                pooled_tokens(self.sparse.user, user.categorical, self.schema.user_names),
+                pooled_tokens(self.sparse.sequence, user.sequence, self.schema.sequence_names),
             ],
             dim=1,
         )
@@ -97,7 +94,7 @@ class DLRMModel(nn.Module):
     ) -> Tensor:
         """The user-ad embedding ``[N, embedding_size]`` the top MLP reads (what Solaris precomputes)."""
         state = user_state if user_index is None else user_state.select(user_index)
-        item = pooled_tokens(self.sparse.item, candidates.categorical, self._item_names)
+        item = pooled_tokens(self.sparse.item, candidates.categorical, self.schema.item_names)
         tokens = torch.cat([state.tokens, item, self.domain_token(candidates.domain)], dim=1)
         return self.interaction.features(tokens, state.tokens[:, 0])
 

@@ -9,6 +9,7 @@ serving encodes each user once and scores many candidates against it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -56,8 +57,20 @@ class FeatureSchema:
     def num_tasks(self) -> int:
         return len(self.tasks)
 
+    @cached_property
+    def user_names(self) -> list[str]:
+        return [f.name for f in self.user_features]
+
+    @cached_property
+    def item_names(self) -> list[str]:
+        return [f.name for f in self.item_features]
+
+    @cached_property
+    def sequence_names(self) -> list[str]:
+        return [f.name for f in self.sequence_features]
+
     def feature_names(self) -> list[str]:
-        return [f.name for f in (*self.user_features, *self.item_features, *self.sequence_features)]
+        return [*self.user_names, *self.item_names, *self.sequence_names]
 
 
 @dataclass

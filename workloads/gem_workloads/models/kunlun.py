@@ -189,9 +189,6 @@ class KunlunModel(nn.Module):
         dev = device or torch.device("cpu")
         d = config.embedding_dim
         self.schema, self.config = schema, config
-        self._user_names = [f.name for f in schema.user_features]
-        self._item_names = [f.name for f in schema.item_features]
-        self._seq_names = [f.name for f in schema.sequence_features]
         self.sparse = KunlunSparse(schema, d, dev)
         self.dense_token = DenseToken(schema.num_user_dense, d)
         self.domain_token = DomainToken(schema.num_domains, d)
@@ -231,10 +228,10 @@ class KunlunModel(nn.Module):
         """Run the user-only part once: user tokens and the per-layer sequence summaries."""
         cfg = self.config
         tokens = torch.cat(
-            [pooled_tokens(self.sparse.user, user.categorical, self._user_names), self.dense_token(user.dense)],
+            [pooled_tokens(self.sparse.user, user.categorical, self.schema.user_names), self.dense_token(user.dense)],
             dim=1,
         )
-        emb, valid = sequence_embeddings(self.sparse.sequence, user.sequence, self._seq_names, cfg.seq_len)
+        emb, valid = sequence_embeddings(self.sparse.sequence, user.sequence, self.schema.sequence_names, cfg.seq_len)
         h = self.sequence_input(emb, valid)
         summaries: list[Tensor] = []
         summary: Tensor | None = None
@@ -265,7 +262,7 @@ class KunlunModel(nn.Module):
     ) -> Tensor:
         """The user-ad embedding ``[N, embedding_size]`` the task heads read (what Solaris precomputes)."""
         state = user_state if user_index is None else user_state.select(user_index)
-        item = pooled_tokens(self.sparse.item, candidates.categorical, self._item_names)
+        item = pooled_tokens(self.sparse.item, candidates.categorical, self.schema.item_names)
         # Per-token LayerNorm: embedding tables start at very different scales.
         x = self.token_norm(torch.cat([state.tokens, item, self.domain_token(candidates.domain)], dim=1))
         for layer, interaction in enumerate(self.interactions):
@@ -277,7 +274,7 @@ class KunlunModel(nn.Module):
     def embedding_size(self) -> int:
         """Width of :meth:`embed_candidates` rows."""
         cfg = self.config
-        n_feat = self.num_user_tokens + len(self._item_names) + 1
+        n_feat = self.num_user_tokens + len(self.schema.item_names) + 1
         return (n_feat + cfg.num_seeds) * cfg.embedding_dim
 
     def forward(self, batch: Batch) -> Tensor:
