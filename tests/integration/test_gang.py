@@ -72,8 +72,11 @@ def test_gang_is_placed_gated_ungated_and_ranks_follow_placement(
         assert pod["spec"]["nodeName"] == planned[rank]  # the node rank is where the planner put it
         assert not pod["spec"].get("schedulingGates")
         assert env(pod)["NODE_RANK"] == str(rank)
-    # tp=4 x cp=2 inside a host, and the whole 32-GPU job inside one NVLink domain.
+    # tp=4 x cp=2 inside a host, and the whole 32-GPU job inside one NVLink domain, so the
+    # TorchRec sharding group (unset in the spec) spans all 32 ranks.
     assert len({nodes[n]["metadata"]["labels"]["nvidia.com/gpu.clique"] for n in planned}) == 1
+    assert status["placement"]["embeddingShardingGroup"] == 32
+    assert {env(p)["GEM_EMBEDDING_SHARDING_GROUP"] for p in running} == {"32"}
     rankmap = json.loads(cluster.get("v1", "ConfigMap", "pretrain-config", "default")["data"]["rankmap.json"])
     assert [n["node"] for n in rankmap["nodes"]] == planned
     assert {"Placed", "Ungated"} <= set(events(cluster, "pretrain"))

@@ -103,3 +103,14 @@ def test_placement_must_match_the_gang() -> None:
         assert "nodeName" not in pod["spec"]
     unpinned = render_training(OWNER, spec(dpShard=2, tp=8))
     assert all("schedulingGates" not in p["spec"] and "affinity" not in p["spec"] for p in unpinned.pods)
+
+
+def test_embedding_sharding_group_comes_from_the_placement_unless_the_spec_sets_it() -> None:
+    def group(kids: object) -> tuple[str, int]:
+        config = json.loads(kids.config["data"]["config.json"])  # type: ignore[attr-defined]
+        return env(kids.pods[0])["GEM_EMBEDDING_SHARDING_GROUP"], config["embeddingShardingGroup"]  # type: ignore[attr-defined]
+
+    assert group(render_training(OWNER, spec(dpShard=4, tp=8))) == ("8", 8)  # unplaced: one host
+    assert group(render_training(OWNER, spec(dpShard=4, tp=8), embedding_sharding_group=16)) == ("16", 16)
+    pinned = spec(dpShard=4, tp=8).model_copy(update={"embedding_sharding_group": 32})
+    assert group(render_training(OWNER, pinned, embedding_sharding_group=16)) == ("32", 32)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gem_operator.controllers.status import model_load_seconds
 from gem_operator.sim import EmbeddedCluster, LifecycleConfig
 
 pytestmark = pytest.mark.timeout(30)
@@ -186,3 +187,19 @@ def test_readiness_gates_hold_ready_until_their_condition_is_true(
     loaded = {"type": "gem.dev/ModelLoaded", "status": "True"}
     api.merge(f"{PODS}/gate/status", {"status": {"conditions": [*pod["status"]["conditions"], loaded]}})
     wait_pod(cluster, "gate", lambda p: condition(p, "Ready").get("status") == "True")
+
+
+def test_init_containers_run_before_the_pod_starts_and_report_the_model_load(
+    cluster: EmbeddedCluster, pod_factory: Any
+) -> None:
+    loader = {"name": "model-loader", "image": "gem", "command": ["gem-load"], "args": ["pull", "s3://m/v1", "/m"]}
+    other = {"name": "setup", "image": "busybox", "command": ["true"]}
+    cluster.apply(pod_factory("loading", gpus=1, initContainers=[loader, other]))
+    pod = wait_pod(cluster, "loading", lambda p: condition(p, "Initialized").get("status") == "False")
+    assert pod["status"]["phase"] == "Pending" and condition(pod, "Ready")["reason"] == "PodInitializing"
+    assert [s["state"].keys() for s in pod["status"]["initContainerStatuses"]] == [{"running"}, {"running"}]
+    pod = wait_pod(cluster, "loading", lambda p: condition(p, "Ready").get("status") == "True")
+    loaded, setup = pod["status"]["initContainerStatuses"]
+    assert loaded["state"]["terminated"]["exitCode"] == 0 and setup["state"]["terminated"]["exitCode"] == 0
+    assert "message" not in setup["state"]["terminated"]
+    assert model_load_seconds([pod]) == pytest.approx(LifecycleConfig().init_delay)

@@ -22,11 +22,12 @@ from gem_operator.topology import (
     Placement,
     cluster_view_from_objects,
     comm_cost,
+    embedding_sharding_group,
     explain_plan,
     plan_from_files,
     plan_gang,
 )
-from gem_operator.topology.planner import plan_rows
+from gem_operator.topology.planner import cost_model_for, plan_rows
 
 CLIQUE = "nvidia.com/gpu.clique"
 
@@ -331,3 +332,42 @@ def test_comm_cost_by_hand() -> None:
     cost = comm_cost({"host": [0, 1, 2, 3], "rack": [0, 0, 1, 1]}, (1, 1, 4, 1, 1), 1, ep=4)
     assert cost.bytes_by_dim["ep"]["rack"] == pytest.approx(cost.total_bytes["ep"] * 8 / 12)
     assert cost.score > 0
+
+
+@pytest.mark.parametrize(
+    ("rules", "explicit", "group"),
+    [
+        (None, None, 16),  # default rule: one NVLink domain (two hosts here)
+        ([{"dimension": "embedding", "tier": "rack", "mode": "Preferred"}], None, 32),
+        ([{"dimension": "embedding", "tier": "host", "mode": "Preferred"}], None, 8),
+        (None, 4, 4),  # the spec's value always wins
+    ],
+)
+def test_embedding_sharding_group_follows_the_placement(
+    rules: list[dict[str, str]] | None, explicit: int | None, group: int
+) -> None:
+    job = spec(rules, tp=8, cp=2, dp_shard=2)
+    if explicit:
+        job = job.model_copy(update={"embedding_sharding_group": explicit})
+    plan = placed(plan_gang(job, view(cluster(), ("h0",))))
+    assert embedding_sharding_group(plan, job) == group
+
+
+def test_declared_tier_bandwidth_weights_the_score() -> None:
+    default = placed(plan_gang(spec(tp=8, dp_shard=8), view(cluster())))
+    assert default.bytes_by_tier["rack"] > 0  # the gang spans both racks
+    tiers = [
+        {"name": "host", "label": "kubernetes.io/hostname"},
+        {"name": "nvlink", "label": CLIQUE},
+        {"name": "rack", "label": "gem.dev/rack", "bandwidthGBps": 1},
+        {"name": "block", "label": "gem.dev/block"},
+        {"name": "zone", "label": "topology.kubernetes.io/zone"},
+    ]
+    slow = GEMTrainingSpec.model_validate(
+        {"parallelism": {"tp": 8, "dpShard": 8}, "topology": {"tiers": tiers}, "checkpoint": {"uri": "/ckpt"}}
+    )
+    assert slow.topology.tiers[2].to_wire()["bandwidthGBps"] == 1
+    plan = placed(plan_gang(slow, view(cluster())))
+    assert plan.bytes_by_tier == default.bytes_by_tier  # same bytes, slower links: a higher score
+    assert plan.score > default.score
+    assert cost_model_for(slow).bandwidth("rack") == 1e9 and cost_model_for(slow).bandwidth("nvlink") == 50e9

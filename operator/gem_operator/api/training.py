@@ -62,6 +62,16 @@ class TopologyTier(ApiModel):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,30}$", description="Tier name used by placement rules.")
     label: str = Field(min_length=1, max_length=316, description="Node label key, e.g. nvidia.com/gpu.clique.")
+    bandwidth_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        alias="bandwidthGBps",
+        description=(
+            "GB/s per GPU of the links a byte uses when the widest tier it crosses is this one; weights the "
+            "planner's cost score (default: the planner's table for host, nvlink, rack, block, zone)."
+        ),
+    )
 
 
 DEFAULT_TIERS: tuple[tuple[str, str], ...] = (
@@ -226,6 +236,9 @@ class PlacementSummary(ApiModel):
         default_factory=dict, description="Estimated bytes per step crossing each tier."
     )
     spec_key: str | None = Field(default=None, description="Digest of the spec fields the plan was made for.")
+    embedding_sharding_group: int | None = Field(
+        default=None, description="Ranks per TorchRec sharding group given to the pods (aligned to the placement)."
+    )
 
 
 class GEMTrainingStatus(ApiModel):

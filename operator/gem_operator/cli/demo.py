@@ -118,13 +118,15 @@ def _conditions(status: Mapping[str, Any]) -> str:
 
 async def _summarise(console: Console, kube: KubeApi, tracked: Sequence[Tracked], namespace: str) -> None:
     table = Table(title="Custom resources", show_lines=True)
-    for col in ("resource", "phase", "settled after", "conditions"):
+    for col in ("resource", "phase", "settled after", "model load", "conditions"):
         table.add_column(col)
     for t in tracked:
         obj = await kube.get(t.info.api_version, t.info.kind, t.name, t.namespace) or {}
         status = obj.get("status") or {}
         after = f"{t.done_after:.1f} s" if t.done_after is not None else "did not settle"
-        table.add_row(f"{t.info.kind}/{t.name}", str(status.get("phase")), after, _conditions(status))
+        loaded = status.get("modelLoadSeconds")
+        load = f"{loaded:.1f} s" if isinstance(loaded, (int, float)) else "-"
+        table.add_row(f"{t.info.kind}/{t.name}", str(status.get("phase")), after, load, _conditions(status))
     console.print(table)
 
     children = Table(title="Children (all carry ownerReferences to their resource)")
@@ -281,7 +283,8 @@ def run_demo(
     docs = [*load_samples(samples), INVALID_SAMPLE]
     namespaces = sorted({d["metadata"].get("namespace", "default") for d in docs})
     crds = list(gem_crds().values())
-    lifecycle = LifecycleConfig()
+    # The simulated model loader takes a visible moment, reported as status.modelLoadSeconds.
+    lifecycle = LifecycleConfig(init_delay=1.5)
     with (
         tempfile.TemporaryDirectory(prefix="gem-demo-") as tmp,
         EmbeddedCluster(fleet, crds, namespaces=namespaces, lifecycle=lifecycle) as cluster,

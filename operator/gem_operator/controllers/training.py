@@ -28,7 +28,13 @@ from gem_operator.controllers.settings import RESYNC_SECONDS
 from gem_operator.controllers.status import observe_gang, training_phase
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
 from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, render_training
-from gem_operator.topology import Infeasible, Placement, cluster_view_from_objects, plan_gang
+from gem_operator.topology import (
+    Infeasible,
+    Placement,
+    cluster_view_from_objects,
+    embedding_sharding_group,
+    plan_gang,
+)
 
 INFO = GEM_TRAINING
 
@@ -137,6 +143,7 @@ class TrainingPass:
             node_topology=topology,
             resume_from=checkpoint,
             placement_json={"planner": placement.get("planner"), "nodes": node_names, "score": placement.get("score")},
+            embedding_sharding_group=placement.get("embeddingShardingGroup"),
         )
         observed = {("Pod", p["metadata"]["name"]): p for p in pods}
         await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
@@ -264,6 +271,7 @@ class TrainingPass:
             return None
         summary: PlacementSummary = result_full.summary()
         summary.spec_key = key
+        summary.embedding_sharding_group = embedding_sharding_group(result_full, spec)
         fields["placement"] = summary.to_wire()
         self.condition("Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {summary.score:.4g}")
         domains = sorted({d.get("nvlink", "") for d in result_full.node_domains} - {""})

@@ -79,7 +79,7 @@ def rank_map(
     return {"mesh": dict(zip(MESH_DIMS, shape, strict=True)), "ep": spec.parallelism.ep, "nodes": nodes}
 
 
-def _config(owner: Owner, spec: GEMTrainingSpec) -> dict[str, Any]:
+def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[str, Any]:
     return {
         "name": owner.name,
         "namespace": owner.namespace,
@@ -89,12 +89,14 @@ def _config(owner: Owner, spec: GEMTrainingSpec) -> dict[str, Any]:
         "checkpoint": spec.checkpoint.to_wire(),
         "mesh": dict(zip(MESH_DIMS, spec.parallelism.shape, strict=True)),
         "ep": spec.parallelism.ep,
-        "embeddingShardingGroup": spec.embedding_sharding_group or spec.nproc_per_node,
+        "embeddingShardingGroup": embedding_group,
         "failurePolicy": spec.failure_policy.to_wire(),
     }
 
 
-def _env(owner: Owner, spec: GEMTrainingSpec, node_rank: int, resume_from: str | None) -> list[dict[str, Any]]:
+def _env(
+    owner: Owner, spec: GEMTrainingSpec, node_rank: int, resume_from: str | None, embedding_group: int
+) -> list[dict[str, Any]]:
     service = child_name(owner, ROLE_RENDEZVOUS)
     master = f"{child_name(owner, ROLE_WORKER, 0)}.{service}.{owner.namespace}.svc"
     nproc = spec.nproc_per_node
@@ -116,7 +118,7 @@ def _env(owner: Owner, spec: GEMTrainingSpec, node_rank: int, resume_from: str |
             "GEM_MESH_SHAPE": spec.parallelism.mesh_shape_env(),
             "GEM_EP": str(spec.parallelism.ep),
             "GEM_MESH_COORDS": json.dumps(coords, separators=(",", ":")),
-            "GEM_EMBEDDING_SHARDING_GROUP": str(spec.embedding_sharding_group or nproc),
+            "GEM_EMBEDDING_SHARDING_GROUP": str(embedding_group),
             "GEM_CONFIG_FILE": f"{CONFIG_MOUNT}/config.json",
             "GEM_RANK_MAP_FILE": f"{CONFIG_MOUNT}/rankmap.json",
             "GEM_CHECKPOINT_URI": spec.checkpoint.uri,
@@ -129,7 +131,12 @@ def _env(owner: Owner, spec: GEMTrainingSpec, node_rank: int, resume_from: str |
 
 
 def _pod(
-    owner: Owner, spec: GEMTrainingSpec, node_rank: int, node_name: str | None, resume_from: str | None
+    owner: Owner,
+    spec: GEMTrainingSpec,
+    node_rank: int,
+    node_name: str | None,
+    resume_from: str | None,
+    embedding_group: int,
 ) -> dict[str, Any]:
     name = child_name(owner, ROLE_WORKER, node_rank)
     wl = spec.workload
@@ -160,7 +167,7 @@ def _pod(
                 "imagePullPolicy": wl.image_pull_policy,
                 "command": ["torchrun"],
                 "args": args,
-                "env": _env(owner, spec, node_rank, resume_from),
+                "env": _env(owner, spec, node_rank, resume_from, embedding_group),
                 "ports": [{"name": "rendezvous", "containerPort": spec.rendezvous_port}],
                 "resources": container_resources(
                     wl.resources.requests.to_wire(), wl.resources.limits.to_wire(), spec.nproc_per_node
@@ -213,12 +220,15 @@ def render_training(
     resume_from: str | None = None,
     placement_json: Mapping[str, Any] | None = None,
     node_topology: Mapping[str, Mapping[str, str]] | None = None,
+    embedding_sharding_group: int | None = None,
 ) -> TrainingChildren:
     """All children of a GEMTraining. ``spec.suspend`` renders the gang with no pods.
 
     With ``node_names`` (by node rank) every pod is pinned to its host and gated; the caller
-    removes the gates once the whole gang exists.
+    removes the gates once the whole gang exists. ``embedding_sharding_group`` is the group the
+    planner aligned to the placement, used when the spec leaves it unset (else one host).
     """
+    embedding_group = spec.embedding_sharding_group or embedding_sharding_group or spec.nproc_per_node
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
     if len(nodes) != spec.num_nodes:
         raise ValueError(f"placement has {len(nodes)} nodes, the gang needs {spec.num_nodes}")
@@ -239,10 +249,14 @@ def render_training(
         "kind": "ConfigMap",
         "metadata": metadata(owner, child_name(owner, ROLE_CONFIG), ROLE_CONFIG, APP),
         "data": {
-            "config.json": json.dumps(_config(owner, spec), indent=2, sort_keys=True),
+            "config.json": json.dumps(_config(owner, spec, embedding_group), indent=2, sort_keys=True),
             "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
             "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
         },
     }
-    pods = [] if spec.suspend else [_pod(owner, spec, i, nodes[i], resume_from) for i in range(spec.num_nodes)]
+    pods = (
+        []
+        if spec.suspend
+        else [_pod(owner, spec, i, nodes[i], resume_from, embedding_group) for i in range(spec.num_nodes)]
+    )
     return TrainingChildren(service=service, config=config, pods=pods)

@@ -18,7 +18,7 @@ from typing import Any
 from gem_operator.sim.emulator import Emulator, Resource
 from gem_operator.sim.objects import Obj
 from gem_operator.sim.scheduling import FINISHED, choose_node
-from gem_operator.sim.workloads import reconcile_daemonset, reconcile_deployment
+from gem_operator.sim.workloads import reconcile_daemonset, reconcile_deployment, simulated_init_message
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,9 @@ class LifecycleConfig:
     # After a change, wait this long before the next pass so that a burst (a gang of n pods
     # created one by one) costs one pass, not n passes over every pod.
     coalesce: float = 0.05
+    # Init containers (e.g. the model loader) run one after another before the containers start;
+    # this is each one's run time (their termination message: `simulated_init_message`).
+    init_delay: float = 0.2
 
 
 def _now() -> str:
@@ -179,8 +182,17 @@ class PodLifecycle:
             return None
         elapsed = now - self._since.setdefault(uid, now)
         if phase == "Pending":
-            if elapsed < self.config.start_delay:
-                return self.config.start_delay - elapsed
+            inits = (pod.get("spec") or {}).get("initContainers") or []
+            if inits and status.get("initContainerStatuses"):
+                init_time = self.config.init_delay * len(inits)
+                if elapsed < init_time:
+                    return init_time - elapsed
+            else:
+                if elapsed < self.config.start_delay:
+                    return self.config.start_delay - elapsed
+                if inits:
+                    await self._start_init(pod, nodes, now)
+                    return self.config.init_delay * len(inits)
             await self._start(pod, nodes, now)
             pod = self.emulator.get_object(PODS, meta["namespace"], meta["name"]) or pod
             elapsed = 0.0
@@ -220,14 +232,81 @@ class PodLifecycle:
         await self._status(pod, {"phase": "Pending", "conditions": conditions})
         self._since[meta["uid"]] = now
 
-    async def _start(self, pod: Obj, nodes: list[Obj], now: float) -> None:
+    def _addresses(self, pod: Obj, nodes: list[Obj]) -> Obj:
         node_name = pod["spec"]["nodeName"]
         node = next((n for n in nodes if n["metadata"]["name"] == node_name), {})
         addresses = (node.get("status") or {}).get("addresses") or []
         host_ip = next((a["address"] for a in addresses if a.get("type") == "InternalIP"), "10.0.0.1")
         uid = pod["metadata"]["uid"]
         pod_ip = self._ips.setdefault(uid, f"10.244.{len(self._ips) // 250}.{len(self._ips) % 250 + 2}")
+        return {"hostIP": host_ip, "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]}
+
+    async def _start_init(self, pod: Obj, nodes: list[Obj], now: float) -> None:
+        """The sandbox is up and the init containers run (reported as one running step)."""
         started = _now()
+        reason, message = "PodInitializing", "init containers are running"
+        conditions = _conditions(
+            pod,
+            {
+                "Initialized": ("False", "ContainersNotInitialized", message),
+                "ContainersReady": ("False", reason, message),
+                "Ready": ("False", reason, message),
+            },
+        )
+        statuses = [
+            {
+                "name": c.get("name", f"init{i}"),
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": started}},
+            }
+            for i, c in enumerate(pod["spec"].get("initContainers") or [])
+        ]
+        await self._status(
+            pod,
+            {
+                "phase": "Pending",
+                **self._addresses(pod, nodes),
+                "startTime": started,
+                "conditions": conditions,
+                "initContainerStatuses": statuses,
+            },
+        )
+        self._since[pod["metadata"]["uid"]] = now
+
+    def _finished_inits(self, pod: Obj) -> list[Obj]:
+        """Every init container exited 0, each after `init_delay`, with its termination message."""
+        begun, finished = (pod.get("status") or {}).get("startTime") or _now(), _now()
+        out = []
+        for i, c in enumerate(pod["spec"].get("initContainers") or []):
+            terminated: Obj = {"exitCode": 0, "reason": "Completed", "startedAt": begun, "finishedAt": finished}
+            message = simulated_init_message(c, self.config.init_delay)
+            if message is not None:
+                terminated["message"] = message
+            out.append(
+                {
+                    "name": c.get("name", f"init{i}"),
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": True,
+                    "started": False,
+                    "restartCount": 0,
+                    "state": {"terminated": terminated},
+                }
+            )
+        return out
+
+    async def _start(self, pod: Obj, nodes: list[Obj], now: float) -> None:
+        uid = pod["metadata"]["uid"]
+        status_before = pod.get("status") or {}
+        started = status_before.get("startTime") if status_before.get("initContainerStatuses") else None
+        started = started or _now()
+        extra: Obj = {}
+        if pod["spec"].get("initContainers"):
+            extra["initContainerStatuses"] = self._finished_inits(pod)
         conditions = _conditions(
             pod,
             {
@@ -240,12 +319,11 @@ class PodLifecycle:
             pod,
             {
                 "phase": "Running",
-                "hostIP": host_ip,
-                "podIP": pod_ip,
-                "podIPs": [{"ip": pod_ip}],
+                **self._addresses(pod, nodes),
                 "startTime": started,
                 "conditions": conditions,
                 "containerStatuses": _container_statuses(pod, ready=False, started_at=started),
+                **extra,
             },
         )
         self._since[uid] = now

@@ -164,3 +164,17 @@ async def reconcile_daemonset(
         "numberMisscheduled": 0,
     }
     await store.patch_object(ds_res, namespace, name, {"status": status}, subresource="status")
+
+
+def simulated_init_message(container: Obj, seconds: float) -> str | None:
+    """What an init container leaves in its termination message when it exits in the simulation.
+
+    The model loader (`gem-load pull ... --termination-log`) reports its load time there
+    (docs/contracts.md), and the operator turns it into `status.modelLoadSeconds`; the
+    simulation reports the simulated run time and marks the result as simulated. Other init
+    containers write nothing.
+    """
+    argv = [*(container.get("command") or []), *(container.get("args") or [])]
+    if not any("gem-load" in str(part) for part in argv) or "pull" not in argv:
+        return None
+    return json.dumps({"seconds": round(seconds, 3), "simulated": True})

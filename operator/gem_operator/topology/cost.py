@@ -29,8 +29,9 @@ for every pair of consecutive stages in different domains. Tiers nest: bytes cro
 also cross ``nvlink`` and ``host``.
 
 Score (lower is better): the seconds the crossing bytes would occupy links, summing for each tier
-the bytes whose widest crossing is that tier over that tier's link bandwidth (``tier_bandwidth``;
-unknown tiers use the network default). It is a relative figure to compare plans, not a step time.
+the bytes whose widest crossing is that tier over that tier's link bandwidth (``tier_bandwidth``,
+which a tier's ``bandwidthGBps`` in the spec overrides; unknown tiers use the network default).
+It is a relative figure to compare plans, not a step time.
 """
 
 from __future__ import annotations

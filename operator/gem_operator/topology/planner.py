@@ -752,6 +752,7 @@ def plan_gang(
     tolerations: Sequence[Mapping[str, str]] = DEFAULT_TOLERATIONS,
 ) -> Placement | Infeasible:
     """Place the whole gang or explain why it cannot be placed."""
+    cost_model = cost_model or cost_model_for(spec)
     nproc = spec.nproc_per_node
     n_nodes = spec.num_nodes
     exclude = frozenset(exclude_nodes)
@@ -1054,3 +1055,28 @@ def explain_plan(result: Placement | Infeasible) -> str:
     if result.warnings:
         lines += ["", "warnings:"] + [f"  {w}" for w in result.warnings]
     return "\n".join(lines)
+
+
+def embedding_sharding_group(placement: Placement, spec: GEMTrainingSpec) -> int:
+    """Ranks per TorchRec sharding group for the pods of this placement.
+
+    The spec's value when set. Otherwise the largest aligned group of ranks that this placement
+    keeps inside one domain of the embedding rule's tier (by default one NVLink domain): tables are
+    sharded over as many GPUs as the fast fabric joins, and the embedding all-to-all stays on it.
+    """
+    if spec.embedding_sharding_group:
+        return spec.embedding_sharding_group
+    labels = {t.name: t.label for t in spec.topology.tiers}
+    rules = _rules(spec, placement.tiers, tuple(labels.get(t) for t in placement.tiers))
+    tier = rules.get("embedding", (None, None))[1]
+    aligned = placement.aligned_group.get(placement.tiers[tier], 0) if tier is not None else 0
+    return max(placement.embedding_sharding_group, aligned)
+
+
+def cost_model_for(spec: GEMTrainingSpec) -> CostModel:
+    """The default traffic model, with the link bandwidths that the spec's tiers declare."""
+    declared = {t.name: t.bandwidth_gbps * 1e9 for t in spec.topology.tiers if t.bandwidth_gbps is not None}
+    if not declared:
+        return CostModel()
+    defaults = CostModel()
+    return replace(defaults, tier_bandwidth={**defaults.tier_bandwidth, **declared})
