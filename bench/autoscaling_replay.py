@@ -19,7 +19,17 @@ creation = 30 s pod start + 90 s model load, GPUs held from creation):
 
 Targets (issue 4): >= 25 % fewer GPU-hours than static peak; SLO-violation minutes <= 1 % of
 the run without a flash crowd and <= 3 % with one; fewer SLO-violation minutes than the RPS
-baseline at equal or lower GPU-hours; <= 4 direction changes per hour.
+baseline at equal or lower GPU-hours; <= 4 direction changes per hour. Each is printed as the
+ratio it is judged on with PASS/FAIL. When the policy spends more GPU-hours than the RPS
+baseline, the RPS baseline is re-run with a lower utilisation target until it spends at least
+as many, and the violation minutes are compared at that budget (equal GPU-hours). Both zero
+counts as a pass (no policy can have fewer than zero).
+
+Feasibility: for each scenario a "reactive oracle" (exact per-second load, orders at every
+15 s sync with no tolerance or rate limit, holds the peak of the last 300 s, replicas still
+take the model's 120 s to serve) is run with headroom x1..x4. Its violation minutes at x1 are
+what no signal could remove; the headroom it needs to meet the SLO target, and the GPU-hours
+that costs against static peak, show whether a target is reachable without clairvoyance.
 The RankingService under test: SLO p99 40 ms, targetSmActive 0.6, HPA-default tolerance,
 windows and rate policies, 2..64 replicas.
 """
@@ -42,13 +52,16 @@ from gem_operator.autoscaling.replay import (
     POLICY,
     STATIC_PEAK,
     LoadSeries,
+    PoolResult,
     ReplayReport,
+    Window,
     load_trace,
     plot_report,
+    run_pool,
     simulate,
     to_series,
 )
-from gem_operator.autoscaling.service_model import ServiceModel
+from gem_operator.autoscaling.service_model import Pool, ServiceModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"
@@ -93,24 +106,65 @@ def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> tuple[LoadSer
     return to_series(arrivals, scale=scale), float(scale)
 
 
-def verdicts(report: ReplayReport, flash: bool) -> list[tuple[str, str, bool]]:
+def rps_at_equal_gpu_hours(
+    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, gpu_hours: float
+) -> tuple[float, PoolResult]:
+    """The RPS baseline re-run with a lower target utilisation until it holds >= `gpu_hours`.
+
+    Used when the policy spent more GPU-hours than the RPS baseline at its default calibration:
+    "fewer violation minutes at equal GPU-hours" then compares against RPS given the same budget.
+    Bisection on the utilisation target (12 steps); returns (utilisation, result).
+    """
+    hi = model.utilisation_for_sm(spec.autoscaling.target_sm_active)
+    lo = 0.05
+    best: tuple[float, PoolResult] | None = None
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        r = simulate(load, spec, model, rps_utilisation=mid).results[HPA_RPS]
+        if r.gpu_hours >= gpu_hours:
+            best, lo = (mid, r), mid
+        else:
+            hi = mid
+    if best is None:
+        r = simulate(load, spec, model, rps_utilisation=lo).results[HPA_RPS]
+        best = (lo, r)
+    return best
+
+
+def verdicts(
+    report: ReplayReport, flash: bool, rps_iso: tuple[float, PoolResult] | None = None
+) -> list[tuple[str, str, bool]]:
+    """PASS/FAIL per issue-4 target, with the ratio each one is judged on."""
     pol, static, rps = (report.results[k] for k in (POLICY, STATIC_PEAK, HPA_RPS))
     saving = 1 - pol.gpu_hours / static.gpu_hours
     viol_pct = 100 * pol.slo_violation_minutes / report.minutes
     limit = 3.0 if flash else 1.0
+    if pol.gpu_hours <= rps.gpu_hours:
+        ref, ref_note = rps, "RPS at its default calibration"
+    else:
+        assert rps_iso is not None, "policy above RPS GPU-hours: pass rps_at_equal_gpu_hours()"
+        ref = rps_iso[1]
+        ref_note = f"RPS re-run at utilisation {rps_iso[0]:.2f} to spend >= the policy's GPU-hours"
+    fewer = pol.slo_violation_minutes < ref.slo_violation_minutes or (
+        pol.slo_violation_minutes == ref.slo_violation_minutes == 0
+    )
     return [
-        ("GPU-hours vs static peak", f"{-saving * 100:+.1f}% (target <= -25%)", saving >= 0.25),
+        (
+            "GPU-hours vs static peak",
+            f"{pol.gpu_hours:.2f}/{static.gpu_hours:.2f} = {pol.gpu_hours / static.gpu_hours:.3f} "
+            f"({-saving * 100:+.1f}%, target <= -25%)",
+            saving >= 0.25,
+        ),
         (
             "SLO-violation minutes",
-            f"{viol_pct:.2f}% of {report.minutes} min (target <= {limit:g}%)",
+            f"{pol.slo_violation_minutes}/{report.minutes} = {viol_pct:.2f}% (target <= {limit:g}%)",
             viol_pct <= limit,
         ),
         (
-            "vs RPS baseline",
-            f"{pol.slo_violation_minutes} vs {rps.slo_violation_minutes} violation min at "
-            f"{pol.gpu_hours:.1f} vs {rps.gpu_hours:.1f} GPU-h",
-            (pol.slo_violation_minutes < rps.slo_violation_minutes and pol.gpu_hours <= rps.gpu_hours * 1.0001)
-            or (pol.slo_violation_minutes == rps.slo_violation_minutes == 0 and pol.gpu_hours <= rps.gpu_hours),
+            "vs RPS baseline at equal or lower GPU-hours",
+            f"{pol.slo_violation_minutes} vs {ref.slo_violation_minutes} violation min at {pol.gpu_hours:.2f} vs "
+            f"{ref.gpu_hours:.2f} GPU-h ({ref_note}; fewer, or both zero, passes)",
+            fewer and pol.gpu_hours <= ref.gpu_hours * (1 + 1e-9),
         ),
         (
             "direction changes/hour",
@@ -118,6 +172,63 @@ def verdicts(report: ReplayReport, flash: bool) -> list[tuple[str, str, bool]]:
             pol.direction_changes_per_hour <= 4,
         ),
     ]
+
+
+def reactive_oracle(
+    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, headroom: float, window_s: int = 300
+) -> PoolResult:
+    """A bound for *any* reactive policy: exact knowledge of the load, only pod start-up to wait for.
+
+    Every 15 s it orders `ceil(headroom * L / per-replica load at the target utilisation)` replicas
+    at once (no tolerance, no rate limits, no maxReplicas), where L is the highest per-second load
+    of the last `window_s` seconds (HPA's down window): it sees every burst the moment it starts,
+    which no metric can. Its replicas still take the model's start-up time to serve. With
+    headroom 1 its violation minutes are what no better signal could remove; the headroom it
+    needs to meet the SLO target, and the GPU-hours that costs, show what static slack would buy.
+    """
+    cost = load.cost.tolist()
+    per_replica = model.utilisation_for_sm(spec.autoscaling.target_sm_active) * model.throughput_per_replica
+
+    def decide(now: float, pool: Pool, win: Window) -> int:
+        t = int(now)
+        peak = max(cost[max(0, t - window_s) : t] or [0.0])
+        return max(spec.autoscaling.min_replicas, math.ceil(headroom * peak / per_replica - 1e-9))
+
+    first = max(cost[:60] or [0.0])
+    initial = max(spec.autoscaling.min_replicas, math.ceil(headroom * first / per_replica - 1e-9))
+    return run_pool(
+        f"oracle x{headroom:g}",
+        decide,
+        initial,
+        cost,
+        load.requests.tolist(),
+        model,
+        15,
+        spec.slo.p99_latency_ms,
+        spec.gpus_per_replica,
+    )
+
+
+HEADROOMS = (1.0, 1.5, 2.0, 3.0, 4.0)
+
+
+def oracle_table(
+    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, static_gpu_hours: float, minutes: int
+) -> list[dict[str, Any]]:
+    rows = []
+    for h in HEADROOMS:
+        r = reactive_oracle(load, spec, model, h)
+        rows.append(
+            {
+                "headroom": h,
+                "violation_minutes": r.slo_violation_minutes,
+                "violation_pct": round(100 * r.slo_violation_minutes / minutes, 2),
+                "gpu_hours": round(r.gpu_hours, 2),
+                "gpu_vs_static": round(r.gpu_hours / static_gpu_hours, 3),
+                "direction_changes_per_hour": round(r.direction_changes_per_hour, 2),
+            }
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,11 +258,21 @@ def main(argv: list[str] | None = None) -> int:
         report = simulate(load, spec, model, service="bench-ranker", trace=name, scale=scale)
         elapsed = time.perf_counter() - t0
         sensitivity = name.startswith("sensitivity")
-        checks = [] if sensitivity else verdicts(report, flash)
+        pol, rps = report.results[POLICY], report.results[HPA_RPS]
+        rps_iso = None
+        if not sensitivity and pol.gpu_hours > rps.gpu_hours:
+            rps_iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours)
+        checks = [] if sensitivity else verdicts(report, flash, rps_iso)
         all_pass &= all(ok for _, _, ok in checks)
+        oracle = (
+            []
+            if sensitivity
+            else oracle_table(load, spec, model, report.results[STATIC_PEAK].gpu_hours, report.minutes)
+        )
         out["scenarios"][name] = {
             **report.to_dict(timeline=False),
             "checks": {k: {"value": v, "pass": ok} for k, v, ok in checks},
+            "reactive_oracle": oracle,
             "sim_seconds": round(elapsed, 2),
         }
         if flash:
@@ -161,6 +282,32 @@ def main(argv: list[str] | None = None) -> int:
             print(report.to_table())
             for k, v, ok in checks:
                 print(f"  [{'PASS' if ok else 'FAIL'}] {k}: {v}")
+            if oracle:
+                limit = 3.0 if flash else 1.0
+                print(
+                    "  reactive oracle (exact load, orders instantly, replicas Ready "
+                    f"{model.startup_seconds:g} s later; SLO target <= {limit:g}%):"
+                )
+                for row in oracle:
+                    ok = row["violation_pct"] <= limit and row["gpu_vs_static"] <= 0.75
+                    print(
+                        f"    headroom x{row['headroom']:<4g} {row['violation_minutes']:>4d} violation min "
+                        f"({row['violation_pct']:.2f}%), {row['gpu_hours']:.2f} GPU-h = {row['gpu_vs_static']:.3f} "
+                        f"of static, {row['direction_changes_per_hour']:.2f} dir chg/h"
+                        f"{'  <- meets SLO and GPU targets' if ok else ''}"
+                    )
+                feasible = [r for r in oracle if r["violation_pct"] <= limit and r["gpu_vs_static"] <= 0.75]
+                floor = oracle[0]["violation_minutes"]
+                if not feasible:
+                    print(
+                        "  => no reactive policy in this sweep meets the SLO target at <= 75 % of static GPU-hours: "
+                        "the SLO target is out of reach without clairvoyance"
+                    )
+                if floor >= rps.slo_violation_minutes > 0:
+                    print(
+                        f"  => exact load knowledge without headroom still leaves {floor} violation min; RPS has "
+                        f"{rps.slo_violation_minutes}: no signal can do fewer at the same headroom"
+                    )
     if plotted is not None and args.plot:
         plot_report(
             plotted,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -558,3 +559,120 @@ def test_property_precompute(
         assert d.desired_replicas >= n  # SM missing, work queued: never down
     if backlog and not over_slo and n == 0:
         assert d.desired_replicas >= 1  # back from zero on backlog
+
+
+# --------------------------------------------------------------------------- queue signal (demand beyond SM)
+
+
+def qobs(
+    values: list[float], queue: list[float | None] | None, *, now: float = NOW, age: float = 5.0, **kw: Any
+) -> Observation:
+    """`obs` plus a queue reading (seconds of queued work per Ready pod; None: no sample)."""
+    o = obs(list(values), now=now, age=age, **kw)
+    if queue is None:
+        return o
+    samples = {f"p{i}": PodSample(v, now - age) for i, v in enumerate(queue) if v is not None}
+    return Observation(
+        current_replicas=o.current_replicas,
+        pods=o.pods,
+        metrics=o.metrics,
+        gpus_per_replica=o.gpus_per_replica,
+        free_gpus=o.free_gpus,
+        queue=MetricReading(samples=samples),
+    )
+
+
+def test_queue_sizes_demand_beyond_saturation() -> None:
+    s = spec(targetSmActive=0.5, metrics={"queue": {"drainSeconds": 60}})
+    # 4 pods at 0.95 with 30 s of queued work each: usage 3.8 * (1 + 30/60) = 5.7 -> ceil(5.7/0.5) = 12.
+    d = desired_replicas(s, ScalerState(), qobs([0.95] * 4, [30.0] * 4), NOW)
+    assert d.recommendation == 12 and d.reason == "QueuedWork"
+    assert d.desired_replicas == 8  # default rate policy: +100 % / +4 per 15 s
+    assert d.state.queue == (NOW, 30.0)
+    # Without a queue reading the saturation rule can only double.
+    assert desired_replicas(s, ScalerState(), obs([0.95] * 4), NOW).recommendation == 8
+
+
+def test_queue_growth_measures_the_overload() -> None:
+    s = spec(targetSmActive=0.5, metrics={"queue": {"drainSeconds": 60}})
+    # The queue grew from 0 to 15 s in 15 s: arrivals are twice what the pods serve (growth 1 s/s).
+    state = ScalerState(queue=(NOW - 15, 0.0))
+    d = desired_replicas(s, state, qobs([0.95] * 4, [15.0] * 4), NOW)
+    assert d.recommendation == math.ceil(3.8 * (1 + 1.0 + 15 / 60) / 0.5)
+    # A previous reading older than staleAfterSeconds gives no growth.
+    old = ScalerState(queue=(NOW - s.metrics.stale_after_seconds - 1, 0.0))
+    assert desired_replicas(s, old, qobs([0.95] * 4, [15.0] * 4), NOW).recommendation == math.ceil(3.8 * 1.25 / 0.5)
+    # A shrinking queue (capacity arrived) is no negative growth.
+    shrinking = ScalerState(queue=(NOW - 15, 60.0))
+    assert desired_replicas(s, shrinking, qobs([0.95] * 4, [15.0] * 4), NOW).recommendation == math.ceil(
+        3.8 * 1.25 / 0.5
+    )
+
+
+def test_empty_queue_means_saturation_is_not_overload() -> None:
+    s = spec(targetSmActive=0.6)
+    # Busy but no queue: demand is what SM shows (ceil(3.8/0.6) = 7), no blind doubling.
+    d = desired_replicas(s, ScalerState(), qobs([0.95] * 4, [0.0] * 4), NOW)
+    assert d.recommendation == 7 and d.reason == "HighSmActive"
+
+
+@pytest.mark.parametrize("kind", ["stale", "error", "missing", "disabled-in-obs"])
+def test_unusable_queue_is_an_empty_queue(kind: str) -> None:
+    s = spec(targetSmActive=0.5)
+    base = desired_replicas(s, ScalerState(), qobs([0.2] * 4, [0.0] * 4), NOW)
+    if kind == "stale":
+        o = qobs([0.2] * 4, [50.0] * 4)
+        o = Observation(
+            current_replicas=4,
+            pods=o.pods,
+            metrics=o.metrics,
+            queue=MetricReading(samples={f"p{i}": PodSample(50.0, NOW - 1000) for i in range(4)}),
+        )
+    elif kind == "error":
+        o = Observation(
+            current_replicas=4, pods=base_pods(4), metrics=obs([0.2] * 4).metrics, queue=MetricReading.unavailable("x")
+        )
+    elif kind == "missing":
+        o = qobs([0.2] * 4, [None] * 4)
+    else:
+        o = obs([0.2] * 4)
+    d = desired_replicas(s, ScalerState(), o, NOW)
+    assert d.recommendation == base.recommendation
+
+
+def base_pods(n: int) -> list[PodState]:
+    return [PodState(f"p{i}", ready=True) for i in range(n)]
+
+
+def test_queue_does_not_bypass_hold_on_stale_sm() -> None:
+    s = spec(targetSmActive=0.5)
+    o = qobs([0.1] * 4, [100.0] * 4, age=s.metrics.stale_after_seconds + 1)
+    d = desired_replicas(s, ScalerState(), o, NOW)
+    assert d.desired_replicas == 4 and d.recommendation is None
+    assert d.condition(METRICS_UNAVAILABLE).status == "True"
+
+
+def test_state_with_queue_round_trips() -> None:
+    st_ = ScalerState(recommendations=((1.0, 2),), events=(), queue=(3.0, 4.5))
+    assert ScalerState.from_dict(json.loads(json.dumps(st_.to_dict()))) == st_
+    assert ScalerState.from_dict({"queue": ["x", 1]}) == ScalerState()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    s=specs,
+    vals=st.lists(st.floats(0, 1), min_size=1, max_size=12),
+    queue=st.lists(st.one_of(st.none(), st.floats(0, 600)), min_size=12, max_size=12),
+    last=st.one_of(st.none(), st.tuples(st.floats(-120, -1), st.floats(0, 600))),
+)
+def test_property_queue_only_raises(
+    s: AutoscalingSpec, vals: list[float], queue: list[float | None], last: tuple[float, float] | None
+) -> None:
+    """Against the same reading with every queue empty, queued work never lowers the recommendation."""
+    q = queue[: len(vals)]
+    state = ScalerState(queue=None if last is None else (NOW + last[0], last[1]))
+    with_q = desired_replicas(s, state, qobs(vals, q), NOW)
+    empty = desired_replicas(s, ScalerState(), qobs(vals, [0.0] * len(vals)), NOW)
+    assert with_q.recommendation is not None and empty.recommendation is not None
+    assert with_q.recommendation >= empty.recommendation
+    assert s.min_replicas <= with_q.desired_replicas <= s.max_replicas

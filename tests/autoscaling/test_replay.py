@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
+from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.replay import (
     HPA_RPS,
     POLICY,
@@ -295,8 +297,6 @@ def test_main_reports_bad_input(tmp_path: Path, service: Path, capsys: pytest.Ca
 
 
 def test_plot_from_simulate(tmp_path: Path) -> None:
-    from gem_operator.api.serving import RankingServiceSpec
-
     spec = RankingServiceSpec.model_validate(
         {"model": {"uri": "s3://m/r"}, "autoscaling": {"minReplicas": 1, "maxReplicas": 10}}
     )
@@ -304,3 +304,46 @@ def test_plot_from_simulate(tmp_path: Path) -> None:
     report = simulate(LoadSeries(cost=load, requests=load), spec, ServiceModel())
     out = plot_report(report, tmp_path / "p.png", title="flat")
     assert out.exists()
+
+
+def test_pool_queue_seconds_is_queued_work_over_ready_capacity() -> None:
+    m = ServiceModel()
+    pool = Pool(m)
+    assert pool.queue_seconds(0.0) is None  # no Ready pod: no server to report a queue
+    pool.created = [-m.startup_seconds] * 2  # two Ready pods: 400 units/s
+    pool.step(1000.0, 0.0, 1.0)  # 600 units queue up
+    assert pool.queue_seconds(0.0) == pytest.approx(600 / 400)
+
+
+def test_rps_baseline_calibrated_on_the_runs_cost_per_request() -> None:
+    """Requests that each cost 2 units: the RPS target halves, so it sizes like the SM policy."""
+    n = 1800
+    load = LoadSeries(cost=np.full(n, 1000.0), requests=np.full(n, 500.0))
+    spec = load_service_text(SERVICE_YAML)
+    report = simulate(load, spec, ServiceModel())
+    pol, rps = report.results[POLICY], report.results[HPA_RPS]
+    assert rps.replicas_per_minute[-1] == pytest.approx(pol.replicas_per_minute[-1], abs=1)
+    assert rps.slo_violation_minutes == 0
+    # A lower utilisation target for RPS (the bench's equal-GPU-hour comparison) holds more replicas.
+    more = simulate(load, spec, ServiceModel(), rps_utilisation=0.3).results[HPA_RPS]
+    assert more.gpu_hours > rps.gpu_hours * 1.5
+
+
+def test_queue_signal_speeds_up_recovery_from_overload() -> None:
+    """A 4x step: with the queue signal the policy orders enough in the first waves; without it, it doubles."""
+    n = 1200
+    cost = np.where(np.arange(n) >= 300, 2000.0, 500.0)
+    load = LoadSeries(cost=cost, requests=cost.copy())
+    on = load_service_text(SERVICE_YAML)
+    off = load_service_text(
+        SERVICE_YAML.replace("targetSmActive: 0.6}", "targetSmActive: 0.6, metrics: {queue: {enabled: false}}}")
+    )
+    with_q = simulate(load, on, ServiceModel()).results[POLICY]
+    without = simulate(load, off, ServiceModel()).results[POLICY]
+    assert with_q.slo_violation_minutes < without.slo_violation_minutes
+    first_up = [e for e in with_q.events if e[3] == "up"][:2]
+    assert first_up[-1][2] >= 2000 / (ServiceModel().utilisation_for_sm(0.6) * 200)
+
+
+def load_service_text(text: str) -> RankingServiceSpec:
+    return RankingServiceSpec.model_validate(yaml.safe_load(text)["spec"])

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, PrometheusSource
+from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, AutoscalingSpec, PrometheusSource
 from gem_operator.autoscaling.policy import MetricReading
 from gem_operator.autoscaling.sources import (
     DEFAULT_SM_TIMESTAMP_QUERY,
@@ -177,3 +177,18 @@ async def test_simulated_source() -> None:
     src.fail(None)
     src.forget("ns", "a")
     assert src.read_now("ns", ["a"]).error is not None
+
+
+async def test_queue_source_reads_the_queue_query(fake_prom: Callable[[Handler], Awaitable[str]]) -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.query["query"])
+        return web.json_response(vector(("r-0", 2.5, 100.0)))
+
+    url = await fake_prom(handler)
+    spec = AutoscalingSpec()
+    src = PrometheusSmActiveSource.for_queue(PrometheusSource(url=url), spec.metrics.queue)
+    reading = await src.read("ns", ["r-0"])
+    assert reading.samples["r-0"].value == 2.5 and reading.samples["r-0"].timestamp == 100.0
+    assert len(seen) == 1 and "gem_ranking_queue_depth" in seen[0] and 'namespace="ns"' in seen[0]

@@ -114,3 +114,82 @@ def test_embedding_sharding_group_comes_from_the_placement_unless_the_spec_sets_
     assert group(render_training(OWNER, spec(dpShard=4, tp=8), embedding_sharding_group=16)) == ("16", 16)
     pinned = spec(dpShard=4, tp=8).model_copy(update={"embedding_sharding_group": 32})
     assert group(render_training(OWNER, pinned, embedding_sharding_group=16)) == ("32", 32)
+
+
+def _ckpt_spec(uri: str, secret: str | None = None) -> GEMTrainingSpec:
+    checkpoint: dict[str, object] = {"uri": uri}
+    if secret:
+        checkpoint["credentialsSecretRef"] = {"name": secret}
+    return GEMTrainingSpec.model_validate({"parallelism": {"dpShard": 2, "tp": 8}, "checkpoint": checkpoint})
+
+
+def _restore_init(pod: dict[str, object]) -> dict[str, object] | None:
+    inits = pod["spec"].get("initContainers", [])  # type: ignore[attr-defined]
+    found = [c for c in inits if c["name"] == "checkpoint-restore"]
+    return found[0] if found else None
+
+
+def test_object_store_resume_pulls_the_checkpoint_with_the_loader_first() -> None:
+    peers = ("http://gem-model-cache.gem-system:8470",)
+    s = _ckpt_spec("s3://ckpt/job/", secret="ckpt-creds")
+    kids = render_training(OWNER, s, resume_from="step-000400", peers=peers)
+    for pod in kids.pods:
+        init = _restore_init(pod)
+        assert init is not None
+        assert init["command"] == ["gem-load"]
+        args = init["args"]
+        assert args[:3] == ["pull", "s3://ckpt/job/step-000400", "/gem/restore/step-000400"]
+        assert args[args.index("--manifest") + 1] == "s3://ckpt/job/step-000400/manifest.json"
+        assert args[args.index("--cache") + 1] == "/var/cache/gem-models"
+        assert args[args.index("--peers") + 1] == peers[0]
+        # credentials only through the Secret, for the loader and for the trainer that uploads
+        trainer = pod["spec"]["containers"][0]
+        assert init["envFrom"] == trainer["envFrom"] == [{"secretRef": {"name": "ckpt-creds"}}]
+        e = env(pod)
+        assert e["GEM_RESTORE_DIR"] == "/gem/restore/step-000400" and e["GEM_RESUME_FROM"] == "step-000400"
+        assert e["GEM_CHECKPOINT_STAGING"].startswith("/gem/")
+        # the loader writes where the trainer reads: one emptyDir mounted by both
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        shared = {m["name"] for m in init["volumeMounts"]} & {m["name"] for m in trainer["volumeMounts"]}
+        assert [n for n in shared if "emptyDir" in volumes[n]] == ["checkpoint-scratch"]
+        assert volumes["node-cache"]["hostPath"]["path"] == "/var/cache/gem-models"
+        text = json.dumps(pod)
+        assert "AWS_SECRET_ACCESS_KEY" not in text and "AWS_ACCESS_KEY_ID" not in text
+    no_peers = render_training(OWNER, s, resume_from="step-000400").pods[0]
+    assert "--peers" not in _restore_init(no_peers)["args"]  # type: ignore[index]
+    no_secret = render_training(OWNER, _ckpt_spec("gs://ckpt/job"), resume_from="step-000400").pods[0]
+    assert "envFrom" not in _restore_init(no_secret)  # type: ignore[operator]
+    assert "envFrom" not in no_secret["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("uri", "resume_from"),
+    [
+        ("s3://ckpt/job", None),
+        ("s3://ckpt/job", ""),
+        ("s3://ckpt/job", "../../etc"),
+        ("/mnt/ckpt", "step-000400"),
+        ("file:///mnt/ckpt", "step-000400"),
+    ],
+)
+def test_no_restore_init_container_without_an_object_store_resume_point(uri: str, resume_from: str | None) -> None:
+    pod = render_training(OWNER, _ckpt_spec(uri), resume_from=resume_from, peers=("http://p:8470",)).pods[0]
+    assert _restore_init(pod) is None and "initContainers" not in pod["spec"]
+    assert "GEM_RESTORE_DIR" not in env(pod)
+    names = {v["name"] for v in pod["spec"]["volumes"]}
+    assert "node-cache" not in names
+    assert ("checkpoint-scratch" in names) == uri.startswith("s3://")
+
+
+def test_a_newer_resume_point_does_not_change_the_pod_hash() -> None:
+    s = _ckpt_spec("s3://ckpt/job", secret="ckpt-creds")
+
+    def digest(resume_from: str | None) -> str:
+        return str(
+            render_training(OWNER, s, resume_from=resume_from).pods[0]["metadata"]["annotations"]["gem.dev/spec-hash"]
+        )
+
+    assert digest(None) == digest("step-000400") == digest("step-000800")
+    assert digest(None) != str(
+        render_training(OWNER, _ckpt_spec("s3://ckpt/job")).pods[0]["metadata"]["annotations"]["gem.dev/spec-hash"]
+    )

@@ -371,3 +371,40 @@ def test_declared_tier_bandwidth_weights_the_score() -> None:
     assert plan.bytes_by_tier == default.bytes_by_tier  # same bytes, slower links: a higher score
     assert plan.score > default.score
     assert cost_model_for(slow).bandwidth("rack") == 1e9 and cost_model_for(slow).bandwidth("nvlink") == 50e9
+
+
+def _replica_cluster() -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """Block b0: four racks, each with one free NVLink pair (a cp slot) and one more free host, so
+    the whole gang fits in b0 with its cp groups in four racks; blocks b1 and b2: one rack each,
+    wholly free, each holding one data-parallel replica (two cp groups) in one rack."""
+    nodes = []
+    busy_hosts = []
+    for r in range(6):
+        block = "b0" if r < 4 else f"b{r - 3}"
+        for h in range(4):
+            name = f"r{r}h{h}"
+            nodes.append(node(name, f"nvl-{r}-{h // 2}", f"r{r}", block=block))
+            if r < 4 and h == 3:
+                busy_hosts.append(name)
+    return nodes, tuple(busy_hosts)
+
+
+def test_replicas_spread_over_blocks_when_each_then_sits_in_one_rack() -> None:
+    # tp=8 per host; cp groups of 2 hosts; dp_shard rings (heavy) inside a replica; dp_replicate (light) across.
+    nodes, busy_hosts = _replica_cluster()
+    job = spec(tp=8, cp=2, dp_shard=2, dp_replicate=2)
+    plan = placed(plan_gang(job, view(nodes, busy_hosts)))
+    replicas = [plan.nodes[:4], plan.nodes[4:]]
+    racks = [{plan.node_domains[plan.nodes.index(h)]["rack"] for h in rep} for rep in replicas]
+    assert sorted(r.pop() for r in racks if len(r) == 1) == ["r4", "r5"]  # each replica in one rack
+    assert plan.cost.groups_split["cp"]["nvlink"] == 0
+    assert plan.cost.groups_split["dp_shard"]["rack"] == 0
+    # Kept together in b0 (what packing the gang whole chose before) costs more, by bytes and by score.
+    together = ("r0h0", "r0h1", "r1h0", "r1h1", "r2h0", "r2h1", "r3h0", "r3h1")
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
+    tiers = {"host": "kubernetes.io/hostname", "nvlink": CLIQUE, "rack": "gem.dev/rack", "block": "gem.dev/block"}
+    ids = {tier: [hash(labels[h][label]) for h in together] for tier, label in tiers.items()}
+    kept = comm_cost(ids, job.parallelism.shape, job.nproc_per_node, model=cost_model_for(job))
+    assert plan.cost.bytes_by_tier["rack"] < kept.bytes_by_tier["rack"]
+    assert plan.cost.bytes_by_tier["block"] > 0 == kept.bytes_by_tier["block"]  # only dp_replicate crosses
+    assert plan.score < kept.score

@@ -20,6 +20,15 @@ MIN_LE_MAX_RULE: dict[str, JsonValue] = {
 
 DEFAULT_SM_QUERY = 'avg by (namespace, pod) (DCGM_FI_PROF_SM_ACTIVE{namespace="$namespace", pod=~"$pods"})'
 
+# Seconds of work waiting in each ranking server's queue: requests queued in the batcher divided by
+# the requests it completes per second (docs/contracts.md). clamp_min keeps an idle pod (no
+# completions in the last minute) from dividing by zero: its queue then counts one request per second.
+DEFAULT_QUEUE_QUERY = (
+    'sum by (namespace, pod) (gem_ranking_queue_depth{namespace="$namespace", pod=~"$pods"})'
+    " / clamp_min(sum by (namespace, pod) "
+    '(rate(gem_ranking_requests_total{namespace="$namespace", pod=~"$pods"}[1m])), 1)'
+)
+
 
 class Tolerance(ApiModel):
     """No action while |metric/target - 1| is inside the band, per direction."""
@@ -82,10 +91,37 @@ class PrometheusSource(ApiModel):
     )
 
 
+class QueueSignal(ApiModel):
+    """Work queued in each Ready pod, in seconds at the rate the pod completes requests.
+
+    SM active saturates near 1, so once demand exceeds capacity it only says "at least this
+    much". The queue says how far beyond: a pod with `b` seconds of queued work needs its SM
+    usage multiplied by `1 + b / drainSeconds` to absorb what arrives and empty the queue within
+    `drainSeconds`. It can only raise the recommendation (missing samples count as an empty
+    queue); a RankingService reads it from the ranking server's own metrics.
+    """
+
+    enabled: bool = Field(default=True, description="Read the queue signal (RankingService only).")
+    query: str = Field(
+        default=DEFAULT_QUEUE_QUERY,
+        min_length=1,
+        description="PromQL returning queued work per pod in seconds; $namespace and $pods are substituted.",
+    )
+    drain_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description="Size capacity to empty the measured queue within this many seconds.",
+    )
+
+
 class MetricsSpec(ApiModel):
     """Metric sources and freshness."""
 
     prometheus: PrometheusSource = Field(default_factory=PrometheusSource, description="Prometheus source.")
+    queue: QueueSignal = Field(
+        default_factory=QueueSignal, description="Queued work per pod: demand beyond what SM active shows."
+    )
     stale_after_seconds: int = Field(
         default=60, ge=5, le=3600, description="Older samples count as missing: hold, never scale down."
     )

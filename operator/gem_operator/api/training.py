@@ -11,7 +11,7 @@ from typing import Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from gem_operator.api.common import ApiModel, Condition, Workload
+from gem_operator.api.common import ApiModel, Condition, SecretRef, Workload
 
 MESH_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
@@ -137,6 +137,16 @@ class CheckpointSpec(ApiModel):
         description="s3://, gs://, file:// or an absolute path on a shared volume.",
     )
     interval_steps: int = Field(default=500, ge=1, le=10_000_000, description="Steps between checkpoints.")
+    credentials_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret with object-store credentials (AWS_* or GOOGLE_* keys), given to the trainer and the "
+        "checkpoint loader through envFrom; never inline.",
+    )
+
+    @property
+    def object_store(self) -> bool:
+        """s3:// and gs:// checkpoints are uploaded by the trainer and pulled back by the loader."""
+        return self.uri.startswith(("s3://", "gs://"))
 
 
 class FailureScope(StrEnum):

@@ -125,6 +125,7 @@ class Observation:
     gpus_per_replica: int = 1
     free_gpus: int | None = None
     precompute: PrecomputeSignals | None = None
+    queue: MetricReading | None = None  # seconds of queued work per pod (`metrics.queue`); None: not read
 
 
 # A pod condition (e.g. set through a readiness gate) saying the model is on local disk and loaded.
@@ -168,17 +169,21 @@ class ScalerState:
     recommendations: (time, replicas) per sync with a usable signal (stabilisation windows).
     events: (time, delta) per applied change (rate policies).
     backlog_empty_since: when the precompute backlog was last seen becoming empty.
+    queue: (time, mean queued seconds per Ready pod) at the last sync with a queue reading; the
+        next sync turns the change into a growth rate (how far arrivals exceed capacity).
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
     backlog_empty_since: float | None = None
+    queue: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "recommendations": [[t, n] for t, n in self.recommendations],
             "events": [[t, d] for t, d in self.events],
             "backlogEmptySince": self.backlog_empty_since,
+            "queue": None if self.queue is None else list(self.queue),
         }
 
     @classmethod
@@ -190,7 +195,9 @@ class ScalerState:
             recs = tuple((float(t), int(n)) for t, n in data.get("recommendations", []))
             events = tuple((float(t), int(d)) for t, d in data.get("events", []))
             since = data.get("backlogEmptySince")
-            return cls(recs, events, None if since is None else float(since))
+            q = data.get("queue")
+            queue = None if q is None else (float(q[0]), float(q[1]))
+            return cls(recs, events, None if since is None else float(since), queue)
         except (TypeError, ValueError):
             return cls()
 
@@ -255,9 +262,16 @@ class _Signal:
     metric_timestamp: float | None = None
     metrics_problem: str | None = None  # set when MetricsUnavailable
     metrics_reason: str = "MetricsFresh"
+    queue: tuple[float, float] | None = None  # (now, mean queued seconds) to remember for the next sync
 
 
-def _sm_signal(spec: AutoscalingSpec, obs: Observation, now: float, saturation: float | None) -> _Signal:
+def _sm_signal(
+    spec: AutoscalingSpec,
+    obs: Observation,
+    now: float,
+    saturation: float | None,
+    last_queue: tuple[float, float] | None = None,
+) -> _Signal:
     current = obs.current_replicas
     serving = [p.name for p in obs.pods if p.serving]
     reading = obs.metrics
@@ -293,36 +307,83 @@ def _sm_signal(spec: AutoscalingSpec, obs: Observation, now: float, saturation: 
 
     target = spec.target_sm_active
     values = [max(0.0, s.value) for s in fresh.values()]
-    usage = sum(values)
-    avg = usage / len(values)
+    sm_usage = sum(values)
+    sm_avg = sm_usage / len(values)
     stamp = max(s.timestamp for s in fresh.values())
     ready = len(serving)
     missing = ready - len(fresh)
+    # Demand beyond what SM active can show. Queued seconds `b` grow at `arrivals / capacity - 1`
+    # per second, so the growth `g` since the last sync says how far demand exceeds what the pods
+    # serve; `b / drain` more empties the queue within `drainSeconds`. A pod's SM usage is scaled
+    # by `1 + g + b / drain`. Only fresh queue samples of pods with a fresh SM sample count; a
+    # missing one means an empty queue, so the queue can raise the recommendation, never lower it.
+    queued = _fresh_queue(obs.queue, fresh, now, stale_after)
+    drain = float(spec.metrics.queue.drain_seconds)
+    mean_queue = sum(queued.values()) / len(fresh)
+    growth = 0.0
+    if last_queue is not None and 0 < now - last_queue[0] <= stale_after:
+        growth = max(0.0, (mean_queue - last_queue[1]) / (now - last_queue[0]))
+    remember = (now, mean_queue) if obs.queue is not None and obs.queue.error is None else None
+    usage = sum(max(0.0, s.value) * (1 + growth + queued.get(pod, 0.0) / drain) for pod, s in fresh.items())
+    avg = usage / len(values)
     ratio = avg / target
     tol = spec.tolerance
     note = f" ({missing} Ready pods without a fresh sample)" if missing else ""
-    base = f"SM active {avg:.2f} vs target {target:.2f} over {len(fresh)} Ready pods{note}"
+    base = f"SM active {sm_avg:.2f} vs target {target:.2f} over {len(fresh)} Ready pods{note}"
+    if queued or growth > 0:
+        worst = max(queued.values(), default=0.0)
+        base += f", queue up to {worst:.1f}s of work growing {growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
     if ratio > 1 + tol.up + _EPS:
         # Missing pods count as idle: only scale up if the measured usage alone justifies it.
         want = _ceil(usage / target)
-        reason = "HighSmActive"
-        if saturation is not None and target < saturation <= avg and not missing:
-            # Saturated: SM active cannot rise further, so the ratio only bounds demand from below.
-            # Like a panic mode, ask for at least twice the Ready pods (once per start-up wave:
-            # pods still loading count toward it).
+        reason = "QueuedWork" if usage > sm_usage * (1 + tol.up) else "HighSmActive"
+        if saturation is not None and target < saturation <= sm_avg and not missing and remember is None:
+            # Saturated and no queue signal to say by how much: SM active cannot rise further, so
+            # the ratio only bounds demand from below. Like a panic mode, ask for at least twice the
+            # Ready pods (once per start-up wave: pods still loading count toward it).
             want = max(want, 2 * ready)
             reason = "SaturatedSmActive"
         if usage / (ready * target) <= 1 + tol.up or want <= current:
-            return _Signal(current, "CapacityPending", base + "; capacity already sufficient or on its way", avg, stamp)
-        return _Signal(want, reason, f"{base}: {want} replicas", avg, stamp)
+            return _Signal(
+                current,
+                "CapacityPending",
+                base + "; capacity already sufficient or on its way",
+                sm_avg,
+                stamp,
+                queue=remember,
+            )
+        return _Signal(want, reason, f"{base}: {want} replicas", sm_avg, stamp, queue=remember)
     if ratio < 1 - tol.down - _EPS:
         # Missing pods count as on target; pods still loading are kept.
         adj = (usage + missing * target) / (ready * target)
         if adj >= 1 - tol.down:
-            return _Signal(current, "WithinTolerance", base + "; missing samples keep it in the band", avg, stamp)
+            return _Signal(
+                current,
+                "WithinTolerance",
+                base + "; missing samples keep it in the band",
+                sm_avg,
+                stamp,
+                queue=remember,
+            )
         want = min(current, _ceil(ready * adj) + max(0, current - ready))
-        return _Signal(want, "LowSmActive", f"{base}: {want} replicas", avg, stamp)
-    return _Signal(current, "WithinTolerance", f"{base}: inside the tolerance band", avg, stamp)
+        return _Signal(want, "LowSmActive", f"{base}: {want} replicas", sm_avg, stamp, queue=remember)
+    return _Signal(current, "WithinTolerance", f"{base}: inside the tolerance band", sm_avg, stamp, queue=remember)
+
+
+def _fresh_queue(
+    reading: MetricReading | None, fresh: Mapping[str, PodSample], now: float, stale_after: float
+) -> dict[str, float]:
+    """Queued seconds of work per pod, for pods with a fresh SM sample and a fresh, positive queue sample."""
+    if reading is None or reading.error is not None:
+        return {}
+    out: dict[str, float] = {}
+    for pod in fresh:
+        sample = reading.samples.get(pod)
+        if sample is None or not math.isfinite(sample.value) or sample.value <= 0:
+            continue
+        if now - sample.timestamp <= stale_after:
+            out[pod] = sample.value
+    return out
 
 
 def _rate_limits(
@@ -390,7 +451,7 @@ def desired_replicas(
     events = tuple((t, d) for t, d in state.events if t > horizon)
     empty_since = state.backlog_empty_since
 
-    sig = _sm_signal(spec, obs, now, saturation)
+    sig = _sm_signal(spec, obs, now, saturation, state.queue)
     signals: dict[str, float] = {}
     if sig.recommendation is not None:
         signals["smActive"] = float(sig.recommendation)
@@ -540,7 +601,7 @@ def desired_replicas(
     else:
         active = (True, "ValidMetricsFound" if sig.recommendation is not None else reason, message)
 
-    new_state = replace(state, recommendations=recs, events=events, backlog_empty_since=empty_since)
+    new_state = replace(state, recommendations=recs, events=events, backlog_empty_since=empty_since, queue=sig.queue)
     return Decision(
         desired_replicas=desired,
         current_replicas=current,

@@ -16,16 +16,29 @@ start-up and stabilisation windows stay realistic) and smoothed with a centred m
 (`smooth_seconds`, default 10 s): scaling one arrival into X simultaneous requests would
 otherwise turn sampling noise into load spikes no real aggregate stream has.
 
+What `--scale X` assumes: every request of the trace stands for X requests arriving in the same
+second, so the trace's bursts grow X-fold with it (all extra users move together). That is the
+pessimistic reading; X times more *independent* users would add their fluctuations in variance,
+not amplitude. For the shipped Azure trace the difference is not sampling noise: its counts have
+13x / 71x / 160x the variance Poisson arrivals at its mean rate would have over 1 s / 10 s /
+60 s (on/off bursts of 10-60 requests/s separated by idle minutes), and after the 10 s smoothing
+Poisson noise is about 2.5 % of the variance left. Shrinking the bursts by sqrt(X) would thus be
+a claim about who sends them, which the trace cannot tell; the replay keeps them, and every pool
+sees the same series.
+
 Every simulated second each pool serves the load through the service model
 (`service_model.py`); every `sync_seconds` (15 s) its autoscaler decides. Three pools see the
 same load:
 
 - `policy`: `policy.desired_replicas` with the RankingService's `spec.autoscaling`, fed the
-  mean SM active of each Ready pod over the last sync interval.
+  mean SM active of each Ready pod over the last sync interval and, when `metrics.queue` is
+  enabled, the queued seconds of work per Ready pod at the sync (the server's queue gauge over
+  its completion rate; in the model, the fluid queue over the Ready capacity).
 - `hpa_rps`: the same HPA algorithm and settings (without the saturation rule, which is about
-  a bounded signal) fed requests/s per Ready pod -- the arrival rate, a request count blind to
-  request cost -- with the target set to what the SM target means in requests
-  (`target utilisation * throughput_per_replica`, i.e. calibrated on the trace's mean cost).
+  a bounded signal, and without the queue signal) fed requests/s per Ready pod -- the arrival
+  rate, a request count blind to request cost -- with the target set to what the SM target
+  means in requests: `target utilisation * throughput_per_replica / cost per request`, the cost
+  per request being the run's own mean (hindsight: the best fixed calibration for the trace).
 - `static_peak`: a fixed count sized for the highest (smoothed) load of the run at the target
   utilisation, Ready from the start.
 
@@ -393,11 +406,11 @@ class ReplayReport:
         return "\n".join(lines)
 
 
-Decide = Callable[[float, Pool, "_Window"], int]
+Decide = Callable[[float, Pool, "Window"], int]
 
 
 @dataclass
-class _Window:
+class Window:
     """Per-second history the autoscalers read at a sync (mean over the last interval)."""
 
     sm: list[float]
@@ -409,16 +422,31 @@ class _Window:
         return sum(part) / len(part) if part else 0.0
 
 
-def _observation(pool: Pool, now: float, per_pod: float | None, gpus: int, free_gpus: int | None) -> Observation:
+def _observation(
+    pool: Pool,
+    now: float,
+    per_pod: float | None,
+    gpus: int,
+    free_gpus: int | None,
+    queue_seconds: float | None = None,
+) -> Observation:
     ready = pool.ready_pods(now)
     pods = [PodState(name=f"pod-{i}", ready=r, model_loaded=r) for i, r in enumerate(ready)]
     samples: dict[str, PodSample] = {}
     if per_pod is not None:
         samples = {p.name: PodSample(per_pod, now) for p in pods if p.serving}
     reading = MetricReading(samples=samples) if samples else MetricReading.unavailable("no Ready pods reporting")
+    queue = None
+    if queue_seconds is not None:
+        queue = MetricReading(samples={p.name: PodSample(queue_seconds, now) for p in pods if p.serving})
     free = None if free_gpus is None else max(0, free_gpus - len(pool.created) * gpus)
     return Observation(
-        current_replicas=len(pool.created), pods=pods, metrics=reading, gpus_per_replica=gpus, free_gpus=free
+        current_replicas=len(pool.created),
+        pods=pods,
+        metrics=reading,
+        gpus_per_replica=gpus,
+        free_gpus=free,
+        queue=queue,
     )
 
 
@@ -432,8 +460,13 @@ def simulate(
     scale: float = 1.0,
     sync_seconds: float = 15.0,
     cluster_gpus: int | None = None,
+    rps_utilisation: float | None = None,
 ) -> ReplayReport:
-    """Run the three pools over `load` (per-second series) and collect the report."""
+    """Run the three pools over `load` (per-second series) and collect the report.
+
+    `rps_utilisation` replaces the RPS baseline's target utilisation (default: the one the SM
+    target means), so a benchmark can compare the two at equal GPU-hours.
+    """
     a = spec.autoscaling
     seconds = load.seconds
     minutes = max(1, math.ceil(seconds / 60))
@@ -450,22 +483,32 @@ def simulate(
     gpus = spec.gpus_per_replica
 
     def sm_rule(state_box: list[ScalerState]) -> Decide:
-        def decide(now: float, pool: Pool, win: _Window) -> int:
+        def decide(now: float, pool: Pool, win: Window) -> int:
             t = int(now)
             per_pod = win.mean("sm", t - sync_every, t) if pool.ready_count(now) else None
-            obs = _observation(pool, now, per_pod, gpus, cluster_gpus)
+            # The ranking server's queue gauge over its completion rate: seconds of queued work per
+            # pod, as scraped at the sync (the fluid queue is spread evenly over the Ready pods).
+            queue_s = pool.queue_seconds(now) if a.metrics.queue.enabled else None
+            obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s)
             d = desired_replicas(a, state_box[0], obs, now)
             state_box[0] = d.state
             return d.desired_replicas
 
         return decide
 
+    # The RPS baseline's per-replica target: the requests/s one replica serves at the same target
+    # utilisation, calibrated with hindsight on the run's mean cost per request (the best fixed
+    # calibration an operator could pick for this trace; a request-count signal cannot follow drift).
+    total_reqs = float(sum(reqs))
+    cost_per_request = float(sum(cost)) / total_reqs if total_reqs > 0 else 1.0
+    rps_util = target_util if rps_utilisation is None else rps_utilisation
+    target_rps = rps_util * model.throughput_per_replica / (cost_per_request if cost_per_request > 0 else 1.0)
+
     def rps_rule(state_box: list[ScalerState]) -> Decide:
         # Same algorithm; the metric is requests/s per Ready pod, expressed against the SM target
         # so the HPA ratio metric/target is rps_per_pod / target_rps.
-        target_rps = per_replica_at_target
 
-        def decide(now: float, pool: Pool, win: _Window) -> int:
+        def decide(now: float, pool: Pool, win: Window) -> int:
             t = int(now)
             ready = pool.ready_count(now)
             per_pod = None
@@ -486,7 +529,7 @@ def simulate(
     }
     results: dict[str, PoolResult] = {}
     for name, (decide, initial) in rules.items():
-        results[name] = _run_pool(name, decide, initial, cost, reqs, model, sync_every, spec.slo.p99_latency_ms, gpus)
+        results[name] = run_pool(name, decide, initial, cost, reqs, model, sync_every, spec.slo.p99_latency_ms, gpus)
     return ReplayReport(
         duration_seconds=seconds,
         slo_ms=spec.slo.p99_latency_ms,
@@ -500,7 +543,7 @@ def simulate(
     )
 
 
-def _run_pool(
+def run_pool(
     name: str,
     decide: Decide | None,
     initial: int,
@@ -511,9 +554,10 @@ def _run_pool(
     slo_ms: float,
     gpus: int,
 ) -> PoolResult:
+    """Serve `cost` second by second with one pool; `decide` (None: fixed size) is called every sync."""
     pool = Pool(model)
     pool.created = [-model.startup_seconds] * initial  # warm: ready at t=0
-    win = _Window(sm=[], requests=reqs)
+    win = Window(sm=[], requests=reqs)
     p99s: list[float] = []
     reps: list[int] = []
     events: list[tuple[float, int, int, str]] = []
@@ -752,11 +796,13 @@ __all__ = [
     "PoolResult",
     "ReplayReport",
     "TraceError",
+    "Window",
     "build_parser",
     "load_service",
     "load_trace",
     "main",
     "plot_report",
+    "run_pool",
     "run_replay",
     "simulate",
     "to_series",

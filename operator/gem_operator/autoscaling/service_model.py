@@ -181,6 +181,13 @@ class Pool:
             # created is kept sorted ascending: the newest (least ready) pods are at the end.
             del self.created[n:]
 
+    def queue_seconds(self, now: float) -> float | None:
+        """Seconds of queued work per Ready pod at its full rate (what its queue gauge / completion rate shows)."""
+        ready = self.ready_count(now)
+        if ready == 0:
+            return None
+        return self.queue / (ready * self.model.throughput_per_replica)
+
     def step(self, load: float, now: float, dt: float) -> tuple[float, float, float]:
         """Advance dt seconds at `load` cost units/s. Returns (utilisation, sm_active, p99 ms)."""
         self.gpu_seconds += len(self.created) * dt

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 
-from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, PrometheusSource
+from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, PrometheusSource, QueueSignal
 from gem_operator.autoscaling.policy import MetricReading, PodSample, PrecomputeSignals
 
 # Scrape time of every raw SM-active series behind DEFAULT_SM_QUERY.
@@ -79,6 +79,17 @@ class PrometheusSmActiveSource:
         self.timestamp_query = timestamp_query
         self.timeout_seconds = timeout_seconds
         self._session = session
+
+    @classmethod
+    def for_queue(
+        cls, spec: PrometheusSource, queue: QueueSignal, *, timeout_seconds: float = 5.0
+    ) -> PrometheusSmActiveSource:
+        """The same reader for `metrics.queue.query` (queued seconds of work per pod).
+
+        Same contract: any failure is `MetricReading.unavailable`, which the policy treats as an
+        empty queue (the queue can only raise a recommendation). Samples carry the evaluation time.
+        """
+        return cls(spec.url, queue.query, timeout_seconds=timeout_seconds)
 
     @classmethod
     def from_spec(

@@ -38,18 +38,31 @@ SignalFactory = Callable[[AutoscalingSpec], PrecomputeSignalSource]
 _sources: dict[str, Any] = {}
 
 
-def use_metric_sources(sm: SourceFactory | None, precompute: SignalFactory | None = None) -> None:
+def use_metric_sources(
+    sm: SourceFactory | None, precompute: SignalFactory | None = None, queue: SourceFactory | None = None
+) -> None:
     """Replace where the autoscaler reads its signals (the embedded cluster's simulated DCGM).
 
-    The default reads Prometheus at ``spec.autoscaling.metrics.prometheus.url``.
+    The default reads Prometheus at ``spec.autoscaling.metrics.prometheus.url``. Replacing the SM
+    source without a queue source turns the queue signal off (nothing to read it from).
     """
     _sources["sm"] = sm
     _sources["precompute"] = precompute
+    _sources["queue"] = queue
 
 
 def _sm_source(spec: AutoscalingSpec) -> MetricSource:
     factory = _sources.get("sm")
     return factory(spec) if factory else PrometheusSmActiveSource.from_spec(spec.metrics.prometheus)
+
+
+def _queue_source(spec: AutoscalingSpec) -> MetricSource | None:
+    factory = _sources.get("queue")
+    if factory:
+        return factory(spec)  # type: ignore[no-any-return]
+    if _sources.get("sm") or not spec.metrics.queue.enabled:
+        return None
+    return PrometheusSmActiveSource.for_queue(spec.metrics.prometheus, spec.metrics.queue)
 
 
 def _precompute_source(spec: AutoscalingSpec) -> PrecomputeSignalSource:
@@ -102,6 +115,10 @@ async def autoscale(
     precompute = None
     if isinstance(spec, SolarisPrecomputeSpec):
         precompute = await _precompute_signals(ctx, spec, [s.name for s in states])
+    queue = None
+    queue_source = _queue_source(scaling) if isinstance(spec, RankingServiceSpec) else None
+    if queue_source is not None and serving:
+        queue = await queue_source.read(ctx.namespace, serving)
     observation = Observation(
         current_replicas=current,
         pods=states,
@@ -109,6 +126,7 @@ async def autoscale(
         gpus_per_replica=spec.gpus_per_replica,
         free_gpus=free_gpus(nodes, all_pods) if spec.gpus_per_replica else None,
         precompute=precompute,
+        queue=queue,
     )
     decision = desired_replicas(scaling, state, observation, ctx.now.timestamp())
     fields = outcome.draft.fields

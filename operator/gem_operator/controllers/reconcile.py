@@ -63,21 +63,21 @@ async def apply_children(
     info: KindInfo,
     manifests: Sequence[Mapping[str, Any]],
     outcome: Outcome,
-    observed: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    observed: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> dict[str, ApplyResult]:
     """Apply each child (up to APPLY_CONCURRENCY at once); report creations/changes in one Event.
 
-    ``observed`` maps (kind, name) to objects the caller has just listed: for those kinds a child
-    missing from it is known to be absent, which saves a GET per child of a large gang.
+    ``observed`` maps a kind the caller has just listed to its objects by name: a child of that
+    kind missing from it is known to be absent (even when the list was empty, as for a new gang),
+    which saves a GET per child of a large gang.
     """
     semaphore = asyncio.Semaphore(APPLY_CONCURRENCY)
-    observed_kinds = {kind for kind, _ in (observed or {})}
 
     async def one(manifest: Mapping[str, Any]) -> tuple[str, ApplyResult]:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         actual: Any = UNKNOWN
-        if observed is not None and kind in observed_kinds:
-            actual = observed.get((kind, name))
+        if observed is not None and kind in observed:
+            actual = observed[kind].get(name)
         async with semaphore:
             result = await ctx.kube.apply(manifest, immutable_spec=kind == "Pod", actual=actual)
         if result is not ApplyResult.UNCHANGED:

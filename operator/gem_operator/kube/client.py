@@ -7,6 +7,7 @@ merge patches of the fields we own, never a PUT of the whole object (design.md s
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +16,13 @@ from lightkube import ALL_NS, AsyncClient, codecs
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import (
+    GenericGlobalResource,
+    GenericGlobalStatus,
+    GenericNamespacedResource,
+    GenericNamespacedStatus,
+    create_namespaced_resource,
+)
 from lightkube.types import PatchType
 
 from gem_operator.api.kinds import KINDS
@@ -42,8 +49,30 @@ class ApplyResult(enum.StrEnum):
     REPLACED = "replaced"
 
 
+@functools.cache
 def _resource(api_version: str, kind: str) -> Any:
-    return codecs.resource_registry.load(api_version, kind)
+    """The kind as a dict-backed lightkube resource (lightkube's Generic), built from its typed class.
+
+    This facade speaks plain dicts, so lightkube's typed models would only be converted to dicts
+    and back: a 512-pod gang spent more time in those conversions (request bodies, responses,
+    lists) than on the wire. A generic class with the typed class's API info (path, plural,
+    scope) wraps the decoded JSON as it is, and keeps fields the typed model does not know.
+    It is not registered, so lightkube's own registry (and its users) keep the typed classes.
+    """
+    typed = codecs.resource_registry.load(api_version, kind)
+    if issubclass(typed, GenericNamespacedResource | GenericGlobalResource):
+        return typed
+    namespaced = issubclass(typed, NamespacedResource)
+    base, status_base = (
+        (GenericNamespacedResource, GenericNamespacedStatus)
+        if namespaced
+        else (GenericGlobalResource, GenericGlobalStatus)
+    )
+    attrs: dict[str, Any] = {"_api_info": typed._api_info}
+    typed_status = getattr(typed, "Status", None)
+    if typed_status is not None:
+        attrs["Status"] = type(f"{kind}Status", (status_base,), {"_api_info": typed_status._api_info})
+    return type(kind, (base,), attrs)
 
 
 def _to_dict(obj: Any) -> dict[str, Any]:
@@ -92,7 +121,7 @@ class KubeApi:
         return [_to_dict(o) async for o in objs]
 
     async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        obj: Any = codecs.from_dict(dict(manifest))
+        obj: Any = _resource(manifest["apiVersion"], manifest["kind"])(manifest)
         return _to_dict(await self._client.create(obj))
 
     async def patch_merge(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,3 +117,65 @@ def container_resources(requests: dict[str, str], limits: dict[str, str], gpus: 
 
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+NODE_CACHE_VOLUME = "node-cache"
+NODE_CACHE_DIR = "/var/cache/gem-models"
+"""Where loader containers mount the node cache (the cache DaemonSet serves the same hostPath to peers)."""
+NODE_CACHE_HOST_PATH = "/var/cache/gem-models"
+
+
+def node_cache_volume() -> dict[str, Any]:
+    """The node-local loader cache: a hostPath, so every pod on a node (and its peer server) shares it."""
+    return {"name": NODE_CACHE_VOLUME, "hostPath": {"path": NODE_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}}
+
+
+def loader_container(
+    name: str,
+    image: str,
+    image_pull_policy: str,
+    *,
+    source: str,
+    dest: str,
+    volume_mounts: list[dict[str, Any]],
+    manifest_uri: str | None = None,
+    streams: int | None = None,
+    part_size: int | None = None,
+    node_cache: bool = True,
+    peers: Sequence[str] = (),
+    credentials_secret: str | None = None,
+) -> dict[str, Any]:
+    """A ``gem-load pull SOURCE DEST`` init container (docs/contracts.md, loader contract).
+
+    Shared by every kind that fetches bytes into a pod (models for serving, checkpoints for
+    training) so that caching, peers and credentials behave the same everywhere. Credentials
+    reach the loader only through ``envFrom`` of the referenced Secret, never through the spec:
+    the loader reads AWS_* / GOOGLE_* from its environment and has no flag for them.
+    """
+    args = ["pull", source, dest]
+    if streams is not None:
+        args += ["--streams", str(streams)]
+    if part_size is not None:
+        args += ["--part-size", str(part_size)]
+    # Seconds and bytes of the load reach the operator through the init container's status.
+    args += ["--progress", "json", "--termination-log", "/dev/termination-log"]
+    if manifest_uri:
+        args += ["--manifest", manifest_uri]
+    if node_cache:
+        args += ["--cache", NODE_CACHE_DIR]
+    if peers:
+        # Nodes whose cache already holds the bytes serve them first; the origin is the fallback.
+        args += ["--peers", ",".join(peers)]
+    container: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["gem-load"],
+        "args": args,
+        "volumeMounts": list(volume_mounts),
+    }
+    if node_cache:
+        container["volumeMounts"].append({"name": NODE_CACHE_VOLUME, "mountPath": NODE_CACHE_DIR})
+    if credentials_secret:
+        container["envFrom"] = [{"secretRef": {"name": credentials_secret}}]
+    return container

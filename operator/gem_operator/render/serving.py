@@ -15,15 +15,15 @@ from gem_operator.render.common import (
     Owner,
     child_name,
     container_resources,
+    loader_container,
     metadata,
+    node_cache_volume,
     selector_labels,
 )
 
 ROLE_SERVER = "server"
 ROLE_PRECOMPUTE = "precompute"
 MODEL_DIR = "/var/lib/gem/model"
-NODE_CACHE_DIR = "/var/cache/gem-models"
-NODE_CACHE_HOST_PATH = "/var/cache/gem-models"
 PRECOMPUTE_METRICS_PORT = 9102
 
 
@@ -37,41 +37,20 @@ def desired_replicas_from_spec(spec: RankingServiceSpec | SolarisPrecomputeSpec)
 
 def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str]) -> dict[str, Any]:
     model = spec.model
-    args = [
-        "pull",
-        model.uri,
-        MODEL_DIR,
-        "--streams",
-        str(model.loader.streams),
-        "--part-size",
-        str(model.loader.part_size_mi_b * 1024 * 1024),
-        "--progress",
-        "json",
-        # Seconds and bytes of the load reach the operator through the init container's status.
-        "--termination-log",
-        "/dev/termination-log",
-    ]
-    if model.manifest_uri:
-        args += ["--manifest", model.manifest_uri]
-    if model.loader.node_cache:
-        args += ["--cache", NODE_CACHE_DIR]
-    if model.loader.peer_cache and peers:
-        # Nodes whose cache already holds the model serve it first; the origin is the fallback.
-        args += ["--peers", ",".join(peers)]
-    container: dict[str, Any] = {
-        "name": "model-loader",
-        "image": spec.workload.image,
-        "imagePullPolicy": spec.workload.image_pull_policy,
-        "command": ["gem-load"],
-        "args": args,
-        "volumeMounts": [{"name": "model", "mountPath": MODEL_DIR}],
-    }
-    if model.loader.node_cache:
-        container["volumeMounts"].append({"name": "node-cache", "mountPath": NODE_CACHE_DIR})
-    if model.credentials_secret_ref:
-        # Credentials reach the loader only from the referenced Secret, never from the spec.
-        container["envFrom"] = [{"secretRef": {"name": model.credentials_secret_ref.name}}]
-    return container
+    return loader_container(
+        "model-loader",
+        spec.workload.image,
+        spec.workload.image_pull_policy,
+        source=model.uri,
+        dest=MODEL_DIR,
+        volume_mounts=[{"name": "model", "mountPath": MODEL_DIR}],
+        manifest_uri=model.manifest_uri,
+        streams=model.loader.streams,
+        part_size=model.loader.part_size_mi_b * 1024 * 1024,
+        node_cache=model.loader.node_cache,
+        peers=peers if model.loader.peer_cache else (),
+        credentials_secret=model.credentials_secret_ref.name if model.credentials_secret_ref else None,
+    )
 
 
 def _pod_template(
@@ -95,7 +74,7 @@ def _pod_template(
     main["volumeMounts"] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}]
     volumes: list[dict[str, Any]] = [{"name": "model", "emptyDir": {}}]
     if spec.model.loader.node_cache:
-        volumes.append({"name": "node-cache", "hostPath": {"path": NODE_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}})
+        volumes.append(node_cache_volume())
     pod_spec: dict[str, Any] = {
         "initContainers": [_loader_container(spec, peers)],
         "containers": [main],

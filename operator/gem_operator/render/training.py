@@ -8,6 +8,7 @@ which host each index lands on when it is used.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,9 @@ from gem_operator.render.common import (
     Owner,
     child_name,
     container_resources,
+    loader_container,
     metadata,
+    node_cache_volume,
     passthrough_labels,
     selector_labels,
     spec_hash,
@@ -33,6 +36,13 @@ CONFIG_MOUNT = "/etc/gem"
 LABEL_NODE_RANK = "gem.dev/node-rank"
 # Held on every pod of a placed gang until all of its pods exist (all-or-nothing).
 GANG_GATE = "gem.dev/gang"
+# Object-store checkpoints: one emptyDir for the trainer's upload staging and the pulled restore point.
+SCRATCH_VOLUME = "checkpoint-scratch"
+SCRATCH_MOUNT = "/gem"
+STAGING_DIR = f"{SCRATCH_MOUNT}/staging"
+RESTORE_DIR = f"{SCRATCH_MOUNT}/restore"
+RESTORE_CONTAINER = "checkpoint-restore"
+_CHECKPOINT_NAME = re.compile(r"step-\d+")
 
 
 def rank_coords(rank: int, shape: Sequence[int]) -> list[int]:
@@ -125,6 +135,10 @@ def _env(
             "GEM_RESUME_FROM": resume_from or "",
         }
     )
+    if spec.checkpoint.object_store:
+        values["GEM_CHECKPOINT_STAGING"] = STAGING_DIR
+        if _restores(spec, resume_from):
+            values["GEM_RESTORE_DIR"] = f"{RESTORE_DIR}/{resume_from}"
     env = [{"name": k, "value": v} for k, v in values.items()]
     env += [{"name": e.name, "value": e.value} for e in spec.workload.env]
     return env
@@ -137,6 +151,7 @@ def _pod(
     node_name: str | None,
     resume_from: str | None,
     embedding_group: int,
+    peers: Sequence[str] = (),
 ) -> dict[str, Any]:
     name = child_name(owner, ROLE_WORKER, node_rank)
     wl = spec.workload
@@ -180,6 +195,8 @@ def _pod(
         ],
         "volumes": [{"name": "gem-config", "configMap": {"name": child_name(owner, ROLE_CONFIG)}}],
     }
+    if spec.checkpoint.object_store:
+        _object_store_checkpoints(pod_spec, spec, resume_from, peers)
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     if node_name:
@@ -206,10 +223,62 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
+def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
+    """Object-store checkpoint and a resume point: the pod pulls it before the trainer starts."""
+    return spec.checkpoint.object_store and bool(resume_from) and bool(_CHECKPOINT_NAME.fullmatch(resume_from or ""))
+
+
+def _object_store_checkpoints(
+    pod_spec: dict[str, Any], spec: GEMTrainingSpec, resume_from: str | None, peers: Sequence[str]
+) -> None:
+    """Wire s3:// / gs:// checkpoints: scratch volume, credentials, and the restore init container.
+
+    The trainer uploads checkpoints itself (staging them on the scratch volume) and reads the Secret's
+    AWS_* / GOOGLE_* keys through envFrom. On a resume, ``gem-load pull`` fetches the checkpoint into
+    the scratch volume first (node cache, then peers, then the bucket; verified against the
+    checkpoint's manifest), so a gang restart on the same nodes reads it from the node cache.
+    """
+    ckpt = spec.checkpoint
+    secret = ckpt.credentials_secret_ref.name if ckpt.credentials_secret_ref else None
+    trainer = pod_spec["containers"][0]
+    trainer["volumeMounts"].append({"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT})
+    if secret:
+        trainer["envFrom"] = [{"secretRef": {"name": secret}}]
+    pod_spec["volumes"].append({"name": SCRATCH_VOLUME, "emptyDir": {}})
+    if not _restores(spec, resume_from):
+        return
+    source = f"{ckpt.uri.rstrip('/')}/{resume_from}"
+    pod_spec["initContainers"] = [
+        loader_container(
+            RESTORE_CONTAINER,
+            spec.workload.image,
+            spec.workload.image_pull_policy,
+            source=source,
+            dest=f"{RESTORE_DIR}/{resume_from}",
+            volume_mounts=[{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT}],
+            manifest_uri=f"{source}/manifest.json",
+            peers=peers,
+            credentials_secret=secret,
+        )
+    ]
+    pod_spec["volumes"].append(node_cache_volume())
+
+
 def _without_resume(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec minus what depends on the resume point (env, restore init container, node cache).
+
+    GEM_RESUME_FROM only matters when a pod starts; a newer checkpoint must not replace running pods.
+    """
     container = pod_spec["containers"][0]
-    env = [e for e in container["env"] if e["name"] != "GEM_RESUME_FROM"]
-    return {**pod_spec, "containers": [{**container, "env": env}, *pod_spec["containers"][1:]]}
+    env = [e for e in container["env"] if e["name"] not in ("GEM_RESUME_FROM", "GEM_RESTORE_DIR")]
+    out = {**pod_spec, "containers": [{**container, "env": env}, *pod_spec["containers"][1:]]}
+    inits = [c for c in pod_spec.get("initContainers", []) if c["name"] != RESTORE_CONTAINER]
+    out.pop("initContainers", None)
+    if inits:
+        out["initContainers"] = inits
+    if len(inits) != len(pod_spec.get("initContainers", [])):
+        out["volumes"] = [v for v in pod_spec["volumes"] if v["name"] != node_cache_volume()["name"]]
+    return out
 
 
 def render_training(
@@ -221,12 +290,14 @@ def render_training(
     placement_json: Mapping[str, Any] | None = None,
     node_topology: Mapping[str, Mapping[str, str]] | None = None,
     embedding_sharding_group: int | None = None,
+    peers: Sequence[str] = (),
 ) -> TrainingChildren:
     """All children of a GEMTraining. ``spec.suspend`` renders the gang with no pods.
 
     With ``node_names`` (by node rank) every pod is pinned to its host and gated; the caller
     removes the gates once the whole gang exists. ``embedding_sharding_group`` is the group the
     planner aligned to the placement, used when the spec leaves it unset (else one host).
+    ``peers`` are the model-cache peer URLs the checkpoint-restore init container may read from.
     """
     embedding_group = spec.embedding_sharding_group or embedding_sharding_group or spec.nproc_per_node
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
@@ -257,6 +328,6 @@ def render_training(
     pods = (
         []
         if spec.suspend
-        else [_pod(owner, spec, i, nodes[i], resume_from, embedding_group) for i in range(spec.num_nodes)]
+        else [_pod(owner, spec, i, nodes[i], resume_from, embedding_group, peers) for i in range(spec.num_nodes)]
     )
     return TrainingChildren(service=service, config=config, pods=pods)

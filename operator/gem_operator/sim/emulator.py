@@ -1,10 +1,17 @@
 """The Kubernetes API emulator: kmock's `KubernetesEmulator` plus the fixes a real client needs.
 
 This is the only module that touches kmock (pinned to exactly 0.8 because it adapts kmock
-internals: `_handle`, `_serve_version`, `_objects`, `_buses`, `_lock`, `parsing.parse_path`).
-kmock gives us request parsing, discovery, Status-shaped errors, the object store and the
-per-resource event buses. On top of it, this module implements API-server semantics that
-kopf, lightkube and kubectl rely on and kmock 0.8 lacks; each fix is marked `FIX:` with why.
+internals: `_handle`, `_serve_version`, `_lock`, `_requests`, `parsing.parse_path`). kmock
+gives us request parsing, discovery and Status-shaped errors. On top of it, this module
+implements API-server semantics that kopf, lightkube and kubectl rely on and kmock 0.8 lacks;
+each fix is marked `FIX:` with why.
+
+It keeps its own object store and watch fan-out instead of kmock's (a flat array of object
+histories, deep-copied on every read, and a bus per resource): a gang of 512 pods written and
+read back by an operator, the pod lifecycle and a watcher made those copies and per-watcher
+JSON encodings the emulator's main cost. Here stored versions are immutable and encoded once
+(see `Stored`), lists and gets touch one kind's index, and each watch event is one JSON line
+written to every watcher that wants it.
 
 The in-process API (`create`, `patch`, `delete`, `get`, `list_objects`) is what the lifecycle
 simulator and `EmbeddedCluster` use; HTTP requests are routed to the same methods.
@@ -14,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import copy
 import datetime
 import functools
 import gzip
@@ -23,7 +29,7 @@ import importlib.resources
 import json
 import secrets
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp.web
@@ -52,6 +58,7 @@ Resource = kmock.resource
 ChangeListener = Callable[[str, Any, Obj], None]
 CRD_RESOURCE = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACES = Resource("", "v1", "namespaces")
+PODS = Resource("", "v1", "pods")
 WATCH_LOG_SIZE = 1024
 
 
@@ -100,14 +107,122 @@ def _error(status: int, reason: str, message: str) -> ApiError:
     return ApiError(status=status, reason=reason, message=message, details={"causes": []})
 
 
+def _clone(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars): ~3x faster than copy.deepcopy,
+    which must track shared references and cycles that JSON documents cannot have."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _clone(v) for k, v in value.items()}
+    if kind is list:
+        return [_clone(v) for v in value]
+    return value
+
+
+def _encode(payload: Any) -> bytes:
+    # default=str: a value YAML typed (a date in a fleet file) is a string to every API client.
+    return json.dumps(payload, separators=(",", ":"), default=str).encode()
+
+
+Key = tuple[Any, str | None, str]  # (resource, namespace or None, name)
+
+
+class Stored:
+    """One version of a stored object and, once asked for, its JSON encoding.
+
+    Stored objects are never mutated: a write builds a new version, sharing the subtrees it
+    does not change (a merge patch copies only the path it touches). So one version can be
+    handed to every reader without a copy, and encoded once for every response, list and
+    watch event that carries it, instead of deep-copying and encoding it per reader.
+    """
+
+    __slots__ = ("_json", "obj")
+
+    def __init__(self, obj: Obj) -> None:
+        self.obj = obj
+        self._json: bytes | None = None
+
+    @property
+    def json(self) -> bytes:
+        if self._json is None:
+            self._json = _encode(self.obj)
+        return self._json
+
+    def copy(self) -> Obj:
+        """A private deep copy for in-process callers: decoding the cached JSON is C-speed, but
+        encoding only for this would cost more than a plain copy."""
+        if self._json is None:
+            cloned: Obj = _clone(self.obj)
+            return cloned
+        copied: Obj = json.loads(self._json)
+        return copied
+
+
+class WatchEvent:
+    """An event of the watch log; its JSON line is built once and written to every watcher."""
+
+    __slots__ = ("_line", "stored", "type")
+
+    def __init__(self, type_: str, stored: Stored) -> None:
+        self.type, self.stored = type_, stored
+        self._line: bytes | None = None
+
+    @property
+    def obj(self) -> Obj:
+        return self.stored.obj
+
+    @property
+    def line(self) -> bytes:
+        if self._line is None:
+            self._line = b'{"type":"' + self.type.encode() + b'","object":' + self.stored.json + b"}\n"
+        return self._line
+
+
+class Watcher:
+    """One open watch: its filters, and the queue its events wait in until written out.
+
+    Events are filtered as they are emitted, so an event no watcher wants costs nothing more.
+    """
+
+    __slots__ = ("fields", "labels", "name", "namespace", "queue")
+
+    def __init__(self, namespace: str | None, name: str | None, labels: str | None, fields: str | None) -> None:
+        self.namespace, self.name, self.fields = namespace, name, fields
+        self.labels = parse_label_selector(labels) if labels else []
+        self.queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+
+    def matches(self, obj: Obj) -> bool:
+        meta = obj.get("metadata") or {}
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        if self.name is not None and meta.get("name") != self.name:
+            return False
+        if self.labels and not matches_labels(meta.get("labels") or {}, self.labels):
+            return False
+        return not self.fields or matches_fields(obj, self.fields)
+
+
+def _owner_uids(obj: Obj) -> list[str]:
+    return [str(r.get("uid")) for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if r.get("uid")]
+
+
 @attrs.define(kw_only=True)
 class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     """kmock's emulator with API-server semantics: see the module docstring."""
 
     _rv: int = attrs.field(default=0, init=False)
     _specs: dict[Any, ResourceSpec] = attrs.field(factory=dict, init=False)
-    _log: dict[Any, collections.deque[tuple[int, Obj]]] = attrs.field(factory=dict, init=False)
+    # kmock's resource registry matches keys through typing Protocols (slow per lookup); every
+    # request asks several times, so known resources are remembered here.
+    _infos: dict[Any, Any] = attrs.field(factory=dict, init=False)
+    # The object store, indexed by resource then (namespace, name): a list or a get touches only
+    # its own kind, never every object of the cluster (kmock's store is one flat array).
+    _store: dict[Any, dict[tuple[str | None, str], Stored]] = attrs.field(factory=dict, init=False)
+    _uids: dict[str, Key] = attrs.field(factory=dict, init=False)  # live objects by uid
+    # owner uid -> its dependents (an ordered set), for the orphan check and garbage collection.
+    _dependents: dict[str, dict[Key, None]] = attrs.field(factory=dict, init=False)
+    _log: dict[Any, collections.deque[tuple[int, WatchEvent]]] = attrs.field(factory=dict, init=False)
     _log_floor: dict[Any, int] = attrs.field(factory=dict, init=False)
+    _watchers: dict[Any, set[Watcher]] = attrs.field(factory=dict, init=False)
     listeners: list[ChangeListener] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -122,6 +237,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     def register(self, spec: ResourceSpec) -> Any:
         res = Resource(spec.group, spec.version, spec.plural)
         self._specs[res] = spec
+        self._infos.pop(res, None)
         self.resources[res] = kmock.ResourceInfo(
             namespaced=spec.namespaced,
             kind=spec.kind,
@@ -135,9 +251,13 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
 
     def info(self, res: Any) -> Any:
         """The discovery info of a known resource (404 otherwise; never auto-creates one)."""
+        info = self._infos.get(res)
+        if info is not None:
+            return info
         if res is None or not res.plural or res not in self.resources:
             raise _error(404, "NotFound", f"the server could not find the requested resource {res}")
-        return self.resources[res]
+        info = self._infos[res] = self.resources[res]
+        return info
 
     def resolve(self, api_version: str, kind_or_plural: str) -> Any:
         """Find a resource by apiVersion and kind, plural, singular or short name."""
@@ -156,12 +276,28 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
 
     # -- reading -----------------------------------------------------------------------------------
 
+    def _stored(self, res: Any, namespace: str | None, name: str) -> Stored | None:
+        return self._store.get(res, {}).get((namespace if self.info(res).namespaced else None, name))
+
     def get_object(self, res: Any, namespace: str | None, name: str) -> Obj | None:
         """The current object or None; a deep copy, safe to mutate."""
-        key = (res, namespace if self.info(res).namespaced else None, name)
-        if key not in self._objects:
-            return None
-        return copy.deepcopy(self._objects[key].raw)
+        stored = self._stored(res, namespace, name)
+        return None if stored is None else stored.copy()
+
+    def _select(
+        self, res: Any, namespace: str | None = None, *, labels: str | None = None, fields: str | None = None
+    ) -> list[Stored]:
+        requirements = parse_label_selector(labels) if labels else []
+        result: list[Stored] = []
+        for (key_ns, _), stored in self._store.get(res, {}).items():
+            if namespace is not None and key_ns != namespace:
+                continue
+            raw = stored.obj
+            if requirements and not matches_labels((raw.get("metadata") or {}).get("labels") or {}, requirements):
+                continue
+            if not fields or matches_fields(raw, fields):
+                result.append(stored)
+        return result
 
     def list_objects(
         self,
@@ -171,50 +307,83 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         labels: str | None = None,
         fields: str | None = None,
     ) -> list[Obj]:
-        requirements = parse_label_selector(labels) if labels else []
-        result: list[Obj] = []
-        for (key_res, key_ns, _), obj in self._objects.items():
-            if key_res != res or obj.deleted or (namespace is not None and key_ns != namespace):
-                continue
-            raw = obj.last.raw
-            if matches_labels((raw.get("metadata") or {}).get("labels") or {}, requirements) and (
-                not fields or matches_fields(raw, fields)
-            ):
-                result.append(copy.deepcopy(raw))
-        return result
+        """Matching objects, oldest first; deep copies, safe to mutate."""
+        return [stored.copy() for stored in self._select(res, namespace, labels=labels, fields=fields)]
+
+    def list_shared(self, res: Any, namespace: str | None = None, *, labels: str | None = None) -> list[Obj]:
+        """Matching objects as stored, without copies, oldest first.
+
+        What an informer's lister hands kube-scheduler and the kubelet: the cache's own objects,
+        which they must never mutate (build a new dict to change one, and write it through the
+        API). The pod lifecycle reads every pod and node on each pass; copying them all made it
+        the emulator's main cost under a 512-pod gang.
+        """
+        return [stored.obj for stored in self._select(res, namespace, labels=labels)]
 
     @property
     def resource_version(self) -> int:
         return self._rv
 
     # -- writing -----------------------------------------------------------------------------------
+    # The store holds immutable versions (see `Stored`): every write below builds a new top-level
+    # dict and a new `metadata` dict before changing them, and never mutates what it read.
 
-    async def _emit(self, res: Any, kind: str, obj: Obj) -> None:
+    def _put(self, key: Key, obj: Obj | None) -> Stored | None:
+        """Store a version (None: remove) and keep the uid and owner indexes in step."""
+        res, namespace, name = key
+        objects = self._store.setdefault(res, {})
+        old = objects.get((namespace, name))
+        if old is not None:
+            self._uids.pop(str(old.obj["metadata"].get("uid")), None)
+            for owner in _owner_uids(old.obj):
+                dependents = self._dependents.get(owner)
+                if dependents is not None:
+                    dependents.pop(key, None)
+                    if not dependents:
+                        del self._dependents[owner]
+        if obj is None:
+            objects.pop((namespace, name), None)
+            return None
+        stored = objects[(namespace, name)] = Stored(obj)
+        self._uids[str(obj["metadata"].get("uid"))] = key
+        for owner in _owner_uids(obj):
+            self._dependents.setdefault(owner, {})[key] = None
+        return stored
+
+    async def _emit(self, res: Any, kind: str, stored: Stored) -> None:
         # FIX: kmock streams events without resourceVersions and keeps no history, so a
         # list-then-watch client (kopf, lightkube) loses events that happen in between. We keep
         # a bounded per-resource log so `?watch=true&resourceVersion=N` resumes after N.
-        event = {"type": kind, "object": copy.deepcopy(obj)}
+        event = WatchEvent(kind, stored)
         log = self._log.setdefault(res, collections.deque(maxlen=WATCH_LOG_SIZE))
         if len(log) == log.maxlen:
             self._log_floor[res] = log[0][0]
         log.append((self._rv, event))
-        await self._buses[res].put(event)
+        for watcher in self._watchers.get(res, ()):
+            if watcher.matches(stored.obj):
+                watcher.queue.put_nowait(event)
         for listener in list(self.listeners):
-            listener(kind, res, obj)
+            listener(kind, res, stored.obj)  # the stored version: listeners must not mutate it
 
     def _bump(self, obj: Obj) -> None:
+        """Give a new version (whose `metadata` dict is its own) the next resourceVersion."""
         self._rv += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
+        obj["metadata"]["resourceVersion"] = str(self._rv)
 
     async def create_object(
         self, res: Any, obj: Obj, namespace: str | None = None, *, keep_status: bool = False
     ) -> Obj:
         """Store a new object as the API server would: ids, timestamps, generation, defaults."""
+        if not isinstance(obj, dict):
+            raise _error(400, "BadRequest", "the body must be a JSON object")
+        return (await self._create(res, _clone(obj), namespace, keep_status=keep_status)).copy()
+
+    async def _create(self, res: Any, obj: Obj, namespace: str | None, *, keep_status: bool = False) -> Stored:
+        """`create_object` on a body the emulator may keep as it is (parsed from a request)."""
         info = self.info(res)
         if not isinstance(obj, dict):
             raise _error(400, "BadRequest", "the body must be a JSON object")
-        obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
+        meta = obj["metadata"] = dict(obj.get("metadata") or {})
         if namespace and meta.get("namespace") not in (None, namespace):
             raise _error(400, "BadRequest", "the namespace of the object does not match the URL")
         namespace = (namespace or meta.get("namespace") or None) if info.namespaced else None
@@ -226,8 +395,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if not meta.get("name"):
             raise _error(422, "Invalid", "metadata.name: Required value: name or generateName is required")
         async with self._lock:
-            key = (res, namespace, meta["name"])
-            if key in self._objects and not self._objects[key].deleted:
+            key: Key = (res, namespace, meta["name"])
+            if (namespace, meta["name"]) in self._store.get(res, {}):
                 raise _error(409, "AlreadyExists", f'{res.plural} "{meta["name"]}" already exists')
             obj["apiVersion"] = api_version_of(res)
             obj["kind"] = info.kind
@@ -244,27 +413,28 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
                 obj.pop("status", None)  # as the API server: status is written via /status only
             self._defaults(res, obj)
             self._bump(obj)
-            self._objects[key] = obj
-            await self._emit(res, "ADDED", obj)
+            stored = self._put(key, obj)
+            assert stored is not None
+            await self._emit(res, "ADDED", stored)
             if self._orphaned(obj):
                 # FIX: as the real garbage collector, collect a dependent whose owners are all gone
                 # (e.g. created by a controller racing with its owner's deletion).
-                await self._remove(res, key)
+                await self._remove(key)
                 await self._collect_garbage(meta["uid"])
         if res == CRD_RESOURCE:
             for spec in crd_resources(obj):
                 self.register(spec)
-        return copy.deepcopy(obj)
+        return stored
 
     def _defaults(self, res: Any, obj: Obj) -> None:
-        """The few server-side defaults our clients read back."""
-        if res == Resource("", "v1", "pods"):
-            obj.setdefault("status", {}).setdefault("phase", "Pending")
-            obj.setdefault("spec", {}).setdefault("restartPolicy", "Always")
+        """The few server-side defaults our clients read back (on a version not yet stored)."""
+        if res == PODS:
+            obj["status"] = {"phase": "Pending", **(obj.get("status") or {})}
+            obj["spec"] = {"restartPolicy": "Always", **(obj.get("spec") or {})}
         elif res == NAMESPACES:
-            obj.setdefault("status", {}).setdefault("phase", "Active")
+            obj["status"] = {"phase": "Active", **(obj.get("status") or {})}
         elif res.group == "apps" and res.plural in ("deployments", "statefulsets", "replicasets"):
-            obj.setdefault("spec", {}).setdefault("replicas", 1)
+            obj["spec"] = {"replicas": 1, **(obj.get("spec") or {})}
 
     async def patch_object(
         self,
@@ -278,54 +448,77 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         replace: bool = False,
     ) -> Obj:
         """Merge-patch, JSON-patch or replace an object (or its /status or /scale subresource)."""
+        body = _clone(body)
+        stored = await self._patch(
+            res, namespace, name, body, patch_type=patch_type, subresource=subresource, replace=replace
+        )
+        return stored.copy()
+
+    async def _patch(
+        self,
+        res: Any,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+        replace: bool = False,
+    ) -> Stored:
+        """`patch_object` with a body the emulator may keep (parsed from a request)."""
         info = self.info(res)
         namespace = namespace if info.namespaced else None
-        key = (res, namespace, name)
+        key: Key = (res, namespace, name)
         if subresource not in (None, "status", "scale") or (
             subresource is not None and subresource not in info.subresources
         ):
             raise _error(404, "NotFound", f"the server could not find the requested resource ({subresource})")
         async with self._lock:
-            if key not in self._objects or self._objects[key].deleted:
+            current = self._store.get(res, {}).get((namespace, name))
+            if current is None:
                 raise _error(404, "NotFound", f'{res.plural} "{name}" not found')
-            old: Obj = copy.deepcopy(self._objects[key].raw)
+            old: Obj = current.obj
             if subresource == "scale":
                 body = self._scale_to_patch(res, body)
             try:
                 if replace:
-                    new = copy.deepcopy(body) if isinstance(body, dict) else {}
+                    new = dict(body) if isinstance(body, dict) else {}
                 elif patch_type == "json":
-                    new = json_patch(old, body)
+                    new = json_patch(old, body)  # works on its own deep copy
                 else:
-                    new = merge_patch(old, body)
+                    new = merge_patch(old, body)  # shares what the patch leaves alone
             except PatchError as exc:
                 # FIX: kmock answers a failed JSON-patch `test` (or any bad op) with 500; the
                 # API server says 422 Invalid, which clients treat as "precondition failed".
                 raise _error(422, "Invalid", str(exc)) from exc
+            if not isinstance(new, dict):
+                raise _error(422, "Invalid", "the patched object is not a JSON object")
             wanted_rv = (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
             if wanted_rv and wanted_rv != old["metadata"].get("resourceVersion"):
                 raise _error(409, "Conflict", "the object has been modified; please apply your changes")
             new = self._guard(res, old, new, subresource)
             if new == old:
-                return old  # a no-op write changes nothing and emits nothing, as the API server
+                return current  # a no-op write changes nothing and emits nothing, as the API server
             self._bump(new)
-            self._objects[key] = new
             meta = new["metadata"]
+            stored = self._put(key, new)
+            assert stored is not None
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-                await self._remove(res, key)
+                await self._remove(key)
                 await self._collect_garbage(meta["uid"])
             else:
-                await self._emit(res, "MODIFIED", new)
-        return copy.deepcopy(new)
+                await self._emit(res, "MODIFIED", stored)
+        return stored
 
     def _guard(self, res: Any, old: Obj, new: Obj, subresource: str | None) -> Obj:
         """Keep what a client cannot change: identity, status vs spec split, generation."""
-        new.setdefault("metadata", {})
+        new = dict(new)
+        new["metadata"] = dict(new.get("metadata") or {})  # may be shared with `old`: our own copy
         if self._has_status(res):
             # FIX: kmock merges everything everywhere. With a status subresource, a write to
             # /status changes only `status`, and a write to the object leaves `status` alone.
             if subresource == "status":
-                new = {**old, "status": new.get("status")} if new.get("status") is not None else {**old}
+                new = {**old, "metadata": dict(old["metadata"]), "status": new.get("status")}
                 if new.get("status") is None:
                     new.pop("status", None)
             elif "status" in old:
@@ -382,40 +575,49 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
 
     async def delete_object(self, res: Any, namespace: str | None, name: str, *, orphan: bool = False) -> Obj:
         """Delete now, or mark for deletion while finalizers remain; then collect dependents."""
+        return (await self._delete(res, namespace, name, orphan=orphan)).copy()
+
+    async def _delete(self, res: Any, namespace: str | None, name: str, *, orphan: bool = False) -> Stored:
         info = self.info(res)
-        key = (res, namespace if info.namespaced else None, name)
+        key: Key = (res, namespace if info.namespaced else None, name)
         async with self._lock:
-            if key not in self._objects or self._objects[key].deleted:
+            current = self._store.get(res, {}).get(key[1:])
+            if current is None:
                 raise _error(404, "NotFound", f'{res.plural} "{name}" not found')
-            obj: Obj = copy.deepcopy(self._objects[key].raw)
-            meta = obj["metadata"]
+            meta = current.obj["metadata"]
             if meta.get("finalizers"):
-                if not meta.get("deletionTimestamp"):
-                    meta["deletionTimestamp"] = _now()
-                    self._bump(obj)
-                    self._objects[key] = obj
-                    await self._emit(res, "MODIFIED", obj)
-                return copy.deepcopy(obj)
-            obj = await self._remove(res, key)
+                if meta.get("deletionTimestamp"):
+                    return current
+                marked = self._marked(current.obj)
+                stored = self._put(key, marked)
+                assert stored is not None
+                await self._emit(res, "MODIFIED", stored)
+                return stored
+            removed = await self._remove(key)
             if not orphan:
                 await self._collect_garbage(meta["uid"])
                 if res == NAMESPACES:
                     await self._delete_namespace_contents(name)
-        return obj
+        return removed
 
-    async def _remove(self, res: Any, key: Any) -> Obj:
-        obj: Obj = copy.deepcopy(self._objects[key].raw)
-        self._bump(obj)
-        del self._objects[key]
-        await self._emit(res, "DELETED", obj)
-        return obj
+    def _marked(self, obj: Obj) -> Obj:
+        """A new version marked for deletion (finalizers hold it until they are removed)."""
+        marked = {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": _now()}}
+        self._bump(marked)
+        return marked
+
+    async def _remove(self, key: Key) -> Stored:
+        current = self._store[key[0]][key[1:]]
+        gone = {**current.obj, "metadata": dict(current.obj["metadata"])}
+        self._bump(gone)
+        self._put(key, None)
+        stored = Stored(gone)
+        await self._emit(key[0], "DELETED", stored)
+        return stored
 
     def _orphaned(self, obj: Obj) -> bool:
-        refs = [r.get("uid") for r in obj["metadata"].get("ownerReferences") or []]
-        if not refs:
-            return False
-        alive = {o.raw["metadata"].get("uid") for o in self._objects.values() if not o.deleted}
-        return not any(uid in alive for uid in refs)
+        refs = _owner_uids(obj)
+        return bool(refs) and not any(uid in self._uids for uid in refs)
 
     async def _collect_garbage(self, uid: str) -> None:
         """FIX: kmock has no garbage collector. Deleting an owner deletes (cascading) every
@@ -424,25 +626,25 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         pending = [uid]
         while pending:
             owner = pending.pop()
-            for key, obj in list(self._objects.items()):
-                raw = obj.raw
-                if not owned_by(raw, owner):
+            for key in list(self._dependents.get(owner, ())):
+                current = self._store.get(key[0], {}).get(key[1:])
+                if current is None or not owned_by(current.obj, owner):
                     continue
-                if raw["metadata"].get("finalizers"):
-                    if not raw["metadata"].get("deletionTimestamp"):
-                        marked = copy.deepcopy(raw)
-                        marked["metadata"]["deletionTimestamp"] = _now()
-                        self._bump(marked)
-                        self._objects[key] = marked
-                        await self._emit(key[0], "MODIFIED", marked)
+                if current.obj["metadata"].get("finalizers"):
+                    if not current.obj["metadata"].get("deletionTimestamp"):
+                        stored = self._put(key, self._marked(current.obj))
+                        assert stored is not None
+                        await self._emit(key[0], "MODIFIED", stored)
                     continue
-                removed = await self._remove(key[0], key)
-                pending.append(removed["metadata"]["uid"])
+                removed = await self._remove(key)
+                pending.append(removed.obj["metadata"]["uid"])
 
     async def _delete_namespace_contents(self, namespace: str) -> None:
-        for key in [key for key in self._objects if key[1] == namespace]:
-            removed = await self._remove(key[0], key)
-            await self._collect_garbage(removed["metadata"]["uid"])
+        keys = [(res, ns, name) for res, objects in self._store.items() for (ns, name) in objects if ns == namespace]
+        for key in keys:
+            if key[1:] in self._store.get(key[0], {}):  # not collected with an earlier owner
+                removed = await self._remove(key)
+                await self._collect_garbage(removed.obj["metadata"]["uid"])
 
     # -- HTTP --------------------------------------------------------------------------------------
 
@@ -471,12 +673,12 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if method == "GET" and params.get("watch") in ("true", "1"):
             return await self._watch(request)
         if method == "GET" and request.name is None:
-            return self._json(self._list_payload(request))
+            return self._list_response(request)
         if method == "GET":
-            obj = self.get_object(res, request.namespace, request.name)
-            if obj is None:
+            stored = self._stored(res, request.namespace, request.name)
+            if stored is None:
                 raise _error(404, "NotFound", f'{res.plural} "{request.name}" not found')
-            return self._json(self.scale_of(res, obj) if request.subresource == "scale" else obj)
+            return self._answer(stored, request)
         if "protobuf" in request.headers.get("Content-Type", ""):
             # Typed kubectl generators (`kubectl create configmap`) send protobuf; the emulator
             # speaks JSON only. 415 tells the client so (use `kubectl create -f` instead).
@@ -486,12 +688,12 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         except ValueError as exc:
             raise _error(400, "BadRequest", f"the body is not valid JSON: {exc}") from exc
         if method == "POST" and request.name is None:
-            return self._json(await self.create_object(res, body, request.namespace), status=201)
+            return self._answer(await self._create(res, body, request.namespace), request, status=201)
         if method in ("PATCH", "PUT") and request.name is not None:
             content_type = request.headers.get("Content-Type", "")
             if "apply-patch" in content_type:
                 raise _error(415, "UnsupportedMediaType", "server-side apply is not supported by the emulator")
-            obj = await self.patch_object(
+            stored = await self._patch(
                 res,
                 request.namespace,
                 request.name,
@@ -500,21 +702,26 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
                 subresource=request.subresource,
                 replace=method == "PUT" and request.subresource != "scale",
             )
-            return self._json(self.scale_of(res, obj) if request.subresource == "scale" else obj)
+            return self._answer(stored, request)
         if method == "DELETE" and request.name is not None:
             orphan = isinstance(body, dict) and body.get("propagationPolicy") == "Orphan"
             orphan = orphan or params.get("propagationPolicy") == "Orphan"
-            return self._json(await self.delete_object(res, request.namespace, request.name, orphan=orphan))
+            return self._answer(await self._delete(res, request.namespace, request.name, orphan=orphan), request)
         raise _error(405, "MethodNotAllowed", f"{method} is not supported on this path by the emulator")
 
-    @staticmethod
-    def _json(payload: Obj, status: int = 200) -> aiohttp.web.StreamResponse:
-        return aiohttp.web.json_response(payload, status=status)
+    def _answer(self, stored: Stored, request: Any, status: int = 200) -> aiohttp.web.StreamResponse:
+        if request.subresource == "scale":
+            return self._raw_json(_encode(self.scale_of(request.resource, stored.obj)), status)
+        return self._raw_json(stored.json, status)
 
-    def _list_payload(self, request: Any) -> Obj:
+    @staticmethod
+    def _raw_json(body: bytes, status: int = 200) -> aiohttp.web.StreamResponse:
+        return aiohttp.web.Response(body=body, status=status, content_type="application/json")
+
+    def _list_response(self, request: Any) -> aiohttp.web.StreamResponse:
         res = request.resource
         params = request.params
-        items = self.list_objects(
+        items = self._select(
             res,
             request.namespace,
             labels=params.get("labelSelector"),
@@ -522,69 +729,62 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         )
         # FIX: kmock's lists lack kind/apiVersion and a real resourceVersion; lightkube and
         # kubectl decode by kind, and list-then-watch needs the version to resume from.
-        return {
-            "apiVersion": api_version_of(res),
-            "kind": f"{self.info(res).kind}List",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
-
-    def _matches(self, request: Any, event: Obj) -> bool:
-        if event.get("type") == "ERROR":
-            return True
-        obj = event.get("object") or {}
-        meta = obj.get("metadata") or {}
-        if request.namespace is not None and meta.get("namespace") != request.namespace:
-            return False
-        if request.name is not None and meta.get("name") != request.name:
-            return False
-        labels = request.params.get("labelSelector")
-        if labels and not matches_labels(meta.get("labels") or {}, parse_label_selector(labels)):
-            return False
-        fields = request.params.get("fieldSelector")
-        return not fields or matches_fields(obj, fields)
+        head = _encode(
+            {
+                "apiVersion": api_version_of(res),
+                "kind": f"{self.info(res).kind}List",
+                "metadata": {"resourceVersion": str(self._rv)},
+            }
+        )
+        # The cached encodings of the items, spliced into the envelope: no per-list encoding.
+        return self._raw_json(head[:-1] + b',"items":[' + b",".join(s.json for s in items) + b"]}")
 
     async def _watch(self, request: Any) -> aiohttp.web.StreamResponse:
         """Stream watch events as JSON lines, resuming after `resourceVersion` when given."""
         res = request.resource
-        parse_label_selector(request.params.get("labelSelector") or "")  # 400 before streaming
-        since = request.params.get("resourceVersion") or ""
-        timeout = float(request.params.get("timeoutSeconds") or 0) or None
-        bus = self._buses[res]
-        async with self._lock:  # the mark and the snapshot must see the same moment
-            mark = await bus.mark()
+        params = request.params
+        watcher = Watcher(request.namespace, request.name, params.get("labelSelector"), params.get("fieldSelector"))
+        since = params.get("resourceVersion") or ""
+        timeout = float(params.get("timeoutSeconds") or 0) or None
+        initial: list[WatchEvent] = []
+        expired = False
+        async with self._lock:  # the snapshot and the subscription must see the same moment
             if since.isdigit() and int(since) > 0:
                 if int(since) < self._log_floor.get(res, 0):
-                    gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410}
-                    initial = [{"type": "ERROR", "object": {**gone, "reason": "Expired", "message": "too old"}}]
+                    expired = True
                 else:
                     initial = [ev for rv, ev in self._log.get(res, ()) if rv > int(since)]
             else:
-                initial = [{"type": "ADDED", "object": o} for o in self.list_objects(res, request.namespace)]
+                initial = [WatchEvent("ADDED", s) for s in self._select(res, request.namespace)]
+            if not expired:
+                self._watchers.setdefault(res, set()).add(watcher)
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request._raw_request)
-        stream: AsyncGenerator[Obj, None] = bus.stream(since=mark)  # type: ignore[assignment]
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
         try:
-            for event in initial:
-                if self._matches(request, event):
-                    await response.write(json.dumps(event).encode() + b"\n")
-                if event["type"] == "ERROR":  # 410 Gone: the client must list again
-                    return response
+            await response.prepare(request._raw_request)
+            if expired:  # 410 Gone: the client must list again
+                gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410}
+                error = {"type": "ERROR", "object": {**gone, "reason": "Expired", "message": "too old"}}
+                await response.write(_encode(error) + b"\n")
+                return response
+            chunk = b"".join(ev.line for ev in initial if watcher.matches(ev.obj))
+            if chunk:
+                await response.write(chunk)
+            loop = asyncio.get_running_loop()
+            deadline = None if timeout is None else loop.time() + timeout
             while deadline is None or loop.time() < deadline:
                 remaining = None if deadline is None else max(0.0, deadline - loop.time())
                 try:
-                    event = await asyncio.wait_for(anext(stream), remaining)
+                    event = await asyncio.wait_for(watcher.queue.get(), remaining)
                 except TimeoutError:
                     break
-                if self._matches(request, event):
-                    await response.write(json.dumps(event).encode() + b"\n")
+                lines = [event.line]
+                while not watcher.queue.empty():  # a burst: one write for all that is waiting
+                    lines.append(watcher.queue.get_nowait().line)
+                await response.write(b"".join(lines))
         except ConnectionResetError:  # the client went away
             pass
         finally:
-            await stream.aclose()
-            await bus.unmark(mark)
+            self._watchers.get(res, set()).discard(watcher)
         return response
 
     async def _serve_version(self, request: Any) -> Any:

@@ -138,10 +138,10 @@ class PodLifecycle:
         emu = self.emulator
         for deploy in emu.list_objects(DEPLOYMENTS):
             await self._guarded(reconcile_deployment(emu, PODS, DEPLOYMENTS, deploy, emu.list_objects(PODS)))
-        nodes = emu.list_objects(NODES)
+        nodes = emu.list_shared(NODES)  # read-only, as an informer cache: never mutated here
         for ds in emu.list_objects(DAEMONSETS):
             await self._guarded(reconcile_daemonset(emu, PODS, DAEMONSETS, ds, nodes, emu.list_objects(PODS)))
-        pods = sorted(emu.list_objects(PODS), key=lambda p: int(p["metadata"]["resourceVersion"]))
+        pods = sorted(emu.list_shared(PODS), key=lambda p: int(p["metadata"]["resourceVersion"]))
         pods.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
         due = self.config.idle_interval
         loop_now = asyncio.get_running_loop().time()
@@ -224,7 +224,7 @@ class PodLifecycle:
             return
         if spec.get("nodeName") != node:
             await self.emulator.patch_object(PODS, meta["namespace"], meta["name"], {"spec": {"nodeName": node}})
-        pod["spec"] = {**spec, "nodeName": node}  # later pods in this pass see the GPUs taken
+        pod = {**pod, "spec": {**spec, "nodeName": node}}  # later pods in this pass see the GPUs taken
         for i, other in enumerate(pods):
             if other["metadata"]["uid"] == meta["uid"]:
                 pods[i] = pod

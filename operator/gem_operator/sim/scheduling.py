@@ -7,11 +7,11 @@ The placement planner does the topology work; this only needs to honour what it 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gem_operator.sim.fleet import GPU
-from gem_operator.sim.objects import Obj, labels_of, matches_labels
+from gem_operator.sim.objects import Obj, Requirement, matches_requirement
 
 FINISHED = ("Succeeded", "Failed")
 
@@ -69,26 +69,55 @@ def tolerates(pod: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return False
 
 
-def _term_matches(labels: Mapping[str, str], term: Mapping[str, Any]) -> bool:
-    requirements = [
-        (expr["key"], expr["operator"], frozenset(str(v) for v in expr.get("values") or []))
-        for expr in term.get("matchExpressions") or []
+NodeFilter = Callable[[Mapping[str, Any]], bool]
+
+
+def node_filter(pod: Mapping[str, Any]) -> NodeFilter:
+    """The pod's nodeSelector AND (any of its required nodeSelectorTerms), parsed once.
+
+    A predicate over a node: choosing a node for a pod tests every node of the fleet, so the
+    selector is read once per pod, not once per (pod, node).
+    """
+    spec = pod.get("spec") or {}
+    selector: list[Requirement] = [
+        (key, "In", frozenset([str(value)])) for key, value in (spec.get("nodeSelector") or {}).items()
     ]
-    return matches_labels(labels, requirements)
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms: list[list[Requirement]] = [
+        [
+            (expr["key"], expr["operator"], frozenset(str(v) for v in expr.get("values") or []))
+            for expr in term.get("matchExpressions") or []
+        ]
+        for term in required.get("nodeSelectorTerms") or []
+    ]
+
+    def matches(node: Mapping[str, Any]) -> bool:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if selector and not _all_match(labels, selector):
+            return False
+        return not terms or any(_all_match(labels, term) for term in terms)
+
+    return matches
+
+
+def _all_match(labels: Mapping[str, Any], requirements: list[Requirement]) -> bool:
+    """`matches_labels` with the common `In` test inlined: a gang pod pinned to one host is
+    tested against every node of the fleet, so this runs (pods x nodes) times."""
+    for requirement in requirements:
+        key, operator, values = requirement
+        if operator == "In":
+            if labels.get(key) not in values:  # values are strings: a missing label never matches
+                return False
+        elif not matches_requirement(labels, requirement):
+            return False
+    return True
 
 
 def affinity_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """nodeSelector AND (any of the required nodeSelectorTerms)."""
-    spec = pod.get("spec") or {}
-    labels = labels_of(node)
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != str(value):
-            return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms") or []
-    return not terms or any(_term_matches(labels, term) for term in terms)
+    return node_filter(pod)(node)
 
 
 def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -105,13 +134,17 @@ def why_not(
     *,
     ignore_gpus: bool = False,
     usage: Mapping[str, int] | None = None,
+    matches: NodeFilter | None = None,
 ) -> str:
-    """Empty when the node can take the pod, else the scheduler-style reason."""
+    """Empty when the node can take the pod, else the scheduler-style reason.
+
+    ``matches`` is the pod's `node_filter` when the caller tests many nodes for one pod.
+    """
     if not node_ready(node):
         return "node(s) were not ready"
     if (node.get("spec") or {}).get("unschedulable"):
         return "node(s) were unschedulable"
-    if not affinity_matches(pod, node):
+    if not (matches or node_filter(pod))(node):
         return "node(s) didn't match Pod's node affinity/selector"
     taint = untolerated_taint(pod, node)
     if taint is not None:
@@ -132,22 +165,32 @@ def choose_node(pod: Mapping[str, Any], nodes: list[Obj], pods: list[Obj]) -> tu
     candidates = [n for n in nodes if not wanted or n["metadata"]["name"] == wanted]
     if wanted and not candidates:
         return None, f'node "{wanted}" not found'
-    usage = gpus_by_node(pods)
-    reasons: dict[str, int] = {}
-    feasible: list[tuple[int, str]] = []
-    for node in candidates:
+    matches = node_filter(pod)
+    request = gpu_request(pod)
+
+    def reason_for(node: Obj, usage: Mapping[str, int]) -> str:
+        if not wanted:
+            return why_not(pod, node, pods, usage=usage, matches=matches)
         # spec.nodeName bypasses the scheduler's selector and taint checks, not capacity.
-        reason = (
-            why_not(pod, node, pods, usage=usage)
-            if not wanted
-            else ("" if gpu_request(pod) <= allocatable_gpus(node) - usage.get(wanted, 0) else f"Insufficient {GPU}")
-        )
-        name = node["metadata"]["name"]
-        if reason:
-            reasons[reason] = reasons.get(reason, 0) + 1
-        else:
-            feasible.append((allocatable_gpus(node) - usage.get(name, 0), name))
+        return "" if request <= allocatable_gpus(node) - usage.get(wanted, 0) else f"Insufficient {GPU}"
+
+    # Fast path: only nodes the pod's selector admits can take it (one for a pinned gang pod), so
+    # test those fully and count GPUs in use only on them, instead of every node and every pod.
+    admitted = candidates if wanted else [n for n in candidates if matches(n)]
+    names = {n["metadata"]["name"] for n in admitted}
+    usage = gpus_by_node(p for p in pods if (p.get("spec") or {}).get("nodeName") in names)
+    feasible = [
+        (allocatable_gpus(node) - usage.get(node["metadata"]["name"], 0), node["metadata"]["name"])
+        for node in admitted
+        if not reason_for(node, usage)
+    ]
     if feasible:
         return min(feasible)[1], ""
+    # None fits: explain with each node's first failing check, as kube-scheduler's message does.
+    usage = gpus_by_node(pods)
+    reasons: dict[str, int] = {}
+    for node in candidates:
+        reason = reason_for(node, usage)
+        reasons[reason] = reasons.get(reason, 0) + 1
     detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
     return None, f"0/{len(candidates)} nodes are available: {detail}."

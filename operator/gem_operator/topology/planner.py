@@ -31,12 +31,17 @@ Algorithm (all-or-nothing, deterministic, roughly linear in hosts + node ranks):
 5. **Candidates.** Packing runs for a few gang trees (dp_replicate outermost; pp outermost, the
    rank order; Required dimensions innermost when there are any; plain index order) and a few
    roots each (the best-fitting domains of the two tightest tiers that hold the gang, and the
-   whole cluster). Index-order BestFit (what a topology-aware scheduler that ignores the mesh
-   would do) is the floor: a candidate that moves more bytes than it across any tier wider than
-   nvlink survives only if it keeps every cp/ep group in its Preferred tier and the floor does
-   not. The winner has the fewest cp/ep groups outside their Preferred tier, then the lowest
-   score (``cost.py``: bytes per step crossing each tier, weighted by link bandwidth), then
-   comes first. Preferred rules that the winner could not honour become warnings.
+   whole cluster), packing from each root twice: the gang kept together as above, and spread,
+   each of its parts (e.g. data-parallel replicas) going alone to the root's child that holds it
+   in the tightest tier, so that a gang one block could hold with its groups scattered over many
+   racks may instead go to several blocks that each hold a part in one rack (the heavy inner
+   rings stay in a rack; only the light outer traffic crosses blocks). Index-order BestFit
+   (what a topology-aware scheduler that ignores the mesh would do) is the floor: a candidate
+   that moves more bytes than it across any tier wider than nvlink survives only if it keeps
+   every cp/ep group in its Preferred tier and the floor does not. The winner has the fewest
+   cp/ep groups outside their Preferred tier, then the lowest score (``cost.py``: bytes per
+   step crossing each tier, weighted by link bandwidth), then comes first. Preferred rules that
+   the winner could not honour become warnings.
 
 Default rules (a rule in ``spec.topology.placement`` replaces the default of its dimension): cp
 and ep Preferred within nvlink, pp (each data-parallel replica's pipeline) Preferred within
@@ -508,9 +513,16 @@ class _KidState:
 
 class _Packer:
     def __init__(
-        self, levels: Sequence[_Level], req_idx: list[int], pref_idx: list[int], *, bestfit: bool = False
+        self,
+        levels: Sequence[_Level],
+        req_idx: list[int],
+        pref_idx: list[int],
+        *,
+        bestfit: bool = False,
+        spread: bool = False,
     ) -> None:
         self.bestfit = bestfit
+        self.spread = spread  # the root domain's call only: see `_spread`
         self.levels = levels
         self.req_idx = req_idx
         self.pref_idx = pref_idx
@@ -582,6 +594,25 @@ class _Packer:
             remaining = remaining[n:]
         return remaining
 
+    def _spread(self, run: list[_Item], kids: list[_KidState], level: int) -> list[_Item]:
+        """Each item alone to the kid that holds it (Preferred groups inside their tiers) in the
+        tightest tier, then best fit; return those that fit nowhere so.
+
+        `_distribute` keeps a run together in the fewest kids, so a gang that one block could
+        hold goes to that block even when its free hosts are scattered over many racks there,
+        and the gang's heavy inner groups (dp_shard rings) then cross many racks. Spread, each
+        part (a data-parallel replica, say) goes where it sits tightest, possibly in another
+        block, and only the light outer traffic crosses the wider tier; the score decides.
+        """
+        remaining: list[_Item] = []
+        for it in run:
+            fits = [k for k in kids if k.rem >= it.size and self._count(k, it.size, level, level) > 0]
+            if not fits:
+                remaining.append(it)
+                continue
+            self._take(min(fits, key=lambda k: (self._tightest(k, it.size), k.rem, k.dom.name)), it)
+        return remaining
+
     def _splittable(self, level: int, dom: _Dom) -> bool:
         req = self.levels[level].req_tier
         return level > 0 and (req is None or req >= dom.tier)
@@ -607,6 +638,9 @@ class _Packer:
             self.assign[leaves[0].node_rank] = dom.host
             return
         kids = [_KidState(dom=c, rem=c.free, req=list(c.req), pref=list(c.pref)) for c in dom.children if c.free > 0]
+        spread, self.spread = self.spread, False
+        if spread:  # the gang's parts, each on its own (see `_spread`)
+            items = [child for it in items for child in (it.children or [it])]
         pending: dict[int, list[_Item]] = {}
         for it in items:
             pending.setdefault(it.level, []).append(it)
@@ -614,6 +648,10 @@ class _Packer:
             run = sorted(pending.pop(level, []), key=lambda it: it.first)
             if not run:
                 continue
+            if spread:
+                run = self._spread(run, kids, level)
+                if not run:
+                    continue
             # 1. whole, with every Preferred group up to this level inside its tier
             run = self._distribute(run, kids, level, level)
             # 2. whole, with the inner Preferred groups inside their tiers
@@ -885,8 +923,10 @@ def _plan_order(
     root_item = _build_items(level_parts)
     out: list[Placement | Infeasible] = []
     roots = _candidate_roots(topo, levels, req_idx, n_nodes)
-    for root in roots[:1] if bestfit else roots:
-        packer = _Packer(levels, req_idx, pref_idx, bestfit=bestfit)
+    # Each root packs the gang kept together, and (when the gang has parts) spread (`_Packer._spread`).
+    variants = [False, True] if not bestfit and len(root_item.children) > 1 else [False]
+    for root, spread in [(r, v) for r in (roots[:1] if bestfit else roots) for v in variants]:
+        packer = _Packer(levels, req_idx, pref_idx, bestfit=bestfit, spread=spread)
         try:
             packer.pack(root, [root_item])
         except _PackError as err:

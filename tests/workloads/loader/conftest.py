@@ -124,46 +124,6 @@ http {{
             p.wait(5)
 
 
-@dataclass
-class S3:
-    endpoint: str
-    client: Any
-
-
-@pytest.fixture(scope="module")
-def moto_s3() -> Iterator[S3]:
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError:
-        pytest.skip("moto[server] is not installed")
-    import boto3
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        yield S3(endpoint=endpoint, client=client)
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any
 ) -> subprocess.CompletedProcess[str]:

@@ -97,10 +97,15 @@ def test_cli_bad_env_exits_2_with_the_variable() -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_rejects_pipeline_and_tensor_parallel_meshes() -> None:
-    proc = _cli(["--steps", "1"], {"WORLD_SIZE": "2", "GEM_MESH_SHAPE": "pp=1,dp_replicate=1,dp_shard=1,cp=1,tp=2"})
+def test_cli_rejects_a_mesh_the_preset_cannot_split_before_starting_processes() -> None:
+    # tp=4 cannot split the tiny preset's 2 attention heads
+    proc = _cli(
+        ["--steps", "1", "--preset", "tiny"],
+        {"WORLD_SIZE": "4", "GEM_MESH_SHAPE": "pp=1,dp_replicate=1,dp_shard=1,cp=1,tp=4"},
+    )
     assert proc.returncode == 2
-    assert "GEM_MESH_SHAPE=" in proc.stderr and "tensor (tp)" in proc.stderr
+    assert "GEM_MESH_SHAPE=" in proc.stderr and "tp=4 must divide num_heads=2" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_cli_help_documents_the_env_contract() -> None:

@@ -132,22 +132,33 @@ def classify(exc: BaseException, where: str) -> SourceError:
     return SourceError(f"{where}: {short}", transient=transient, status=status)
 
 
+def object_store(uri: str, *, own_retries: bool) -> Any:
+    """An obstore store rooted at an ``s3://`` or ``gs://`` URI (its path is the store's prefix).
+
+    Credentials and endpoint come from the environment as obstore reads them (AWS_ACCESS_KEY_ID,
+    AWS_ENDPOINT_URL, GOOGLE_SERVICE_ACCOUNT, ...); plain-http endpoints (MinIO, moto) are allowed
+    because a user who points AWS_ENDPOINT_URL at one means it. ``own_retries`` keeps obstore's
+    retries (writers that have no retry loop of their own, such as the trainer's checkpoint
+    uploads); the puller turns them off because it retries, counts and reports itself.
+    """
+    from obstore.store import GCSStore, S3Store
+
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme not in ("s3", "gs"):
+        raise UsageError(f"{uri!r} is not an s3:// or gs:// URI")
+    retry: Any = None if own_retries else {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}
+    client: Any = {"allow_http": True, "connect_timeout": "10s", "timeout": "300s"}
+    if scheme == "s3":
+        return S3Store.from_url(uri, client_options=client, retry_config=retry)
+    return GCSStore.from_url(uri, client_options=client, retry_config=retry)
+
+
 class ObstoreSource:
     """S3 / GCS through obstore (Rust, one connection pool, ranged GETs with If-Match)."""
 
     def __init__(self, uri: str) -> None:
-        from obstore.store import GCSStore, S3Store
-
         self.name = uri
-        # obstore's own retries are off: the puller retries with backoff and can count and report them.
-        retry: Any = {"max_retries": 0, "retry_timeout": timedelta(seconds=1)}
-        client: Any = {"allow_http": True, "connect_timeout": "10s", "timeout": "300s"}
-        store: Any
-        if uri.startswith("s3://"):
-            store = S3Store.from_url(uri, client_options=client, retry_config=retry)
-        else:
-            store = GCSStore.from_url(uri, client_options=client, retry_config=retry)
-        self._store = store
+        self._store = object_store(uri, own_retries=False)
 
     async def head(self, path: str) -> ObjectInfo:
         import obstore

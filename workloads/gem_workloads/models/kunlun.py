@@ -76,13 +76,16 @@ class BlockAttentionLayer(nn.Module):
 
     def forward(self, h: Tensor, valid: Tensor) -> Tensor:
         b, length, d = h.shape
-        nb, bs, nh = length // self.block_size, self.block_size, self.heads
-        qkv = self.qkv(self.norm1(h)).view(b * nb, bs, 3, nh, d // nh).permute(2, 0, 3, 1, 4)
+        nb, bs, dh = length // self.block_size, self.block_size, d // self.heads
+        # Head-major fused projection ([heads, q|k|v, head_dim] output rows): a column shard of
+        # ``qkv`` holds whole heads, so tensor parallelism splits heads (hence ``-1`` for the
+        # local head count below).
+        qkv = self.qkv(self.norm1(h)).view(b * nb, bs, -1, 3, dh).permute(3, 0, 2, 1, 4)
         key_valid = valid.reshape(b * nb, bs)
         # Blocks made only of padding attend everywhere (their output is masked out below).
         mask = (key_valid | ~key_valid.any(-1, keepdim=True))[:, None, None, :]
         att = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)
-        h = h + self.proj(att.transpose(1, 2).reshape(b, length, d))
+        h = h + self.proj(att.transpose(1, 2).reshape(b, length, -1))
         h = h + self.ffn(self.norm2(h))
         return h * valid[..., None]
 
@@ -102,13 +105,28 @@ class Summariser(nn.Module):
 
     def forward(self, h: Tensor, valid: Tensor) -> Tensor:
         b, _, d = h.shape
-        s, nh = self.seeds.shape[0], self.heads
         x = torch.cat([self.null.expand(b, 1, d), self.norm(h)], dim=1)
         keep = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=h.device), valid], dim=1)
-        q = self.q(self.seeds).view(1, s, nh, d // nh).transpose(1, 2).expand(b, -1, -1, -1)
-        kv = self.kv(x).view(b, -1, 2, nh, d // nh).permute(2, 0, 3, 1, 4)
-        att = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=keep[:, None, None, :])
-        out: Tensor = self.proj(att.transpose(1, 2).reshape(b, s, d)) + self.seeds
+        q, k, v = self.project(x)
+        att = F.scaled_dot_product_attention(q.expand(b, -1, -1, -1), k, v, attn_mask=keep[:, None, None, :])
+        return self.output(att)
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Seed queries ``[1, h, S, dh]`` and keys/values ``[B, h, N, dh]`` of the tokens ``x``.
+
+        ``h`` is the local head count: head-major ``kv`` rows ([heads, k|v, head_dim]) make a
+        tensor-parallel column shard hold whole heads.
+        """
+        b, n, d = x.shape
+        s, dh = self.seeds.shape[0], d // self.heads
+        q = self.q(self.seeds).view(1, s, -1, dh).transpose(1, 2)
+        kv = self.kv(x).view(b, n, -1, 2, dh).permute(3, 0, 2, 1, 4)
+        return q, kv[0], kv[1]
+
+    def output(self, att: Tensor) -> Tensor:
+        """Attention output ``[B, h, S, dh]`` -> summary tokens ``[B, S, d]`` (projection + seed residual)."""
+        b, _, s, _ = att.shape
+        out: Tensor = self.proj(att.transpose(1, 2).reshape(b, s, -1)) + self.seeds
         return out
 
 
@@ -144,18 +162,23 @@ class MoEInteraction(nn.Module):
 
     def forward(self, tokens: Tensor, residual: Tensor, domain: Tensor) -> Tensor:
         fmb = self.shared(tokens)
-        if len(self.experts) > 1:
-            routed = torch.zeros_like(fmb)
-            for i, expert in enumerate(self.experts):
-                # Every expert runs (possibly on zero rows) so that all ranks see the same graph.
-                idx = (domain == i).nonzero().squeeze(1)
-                routed = routed.index_add(0, idx, expert(tokens.index_select(0, idx)))
-            fmb = fmb + routed
-        elif len(self.experts) == 1:
-            fmb = fmb + self.experts[0](tokens)
+        if len(self.experts) > 0:
+            fmb = fmb + self.route(tokens, domain)
         lcb = torch.einsum("on,bnd->bod", self.lcb, tokens)
         out: Tensor = self.norm(torch.cat([fmb, lcb], dim=1) + residual)
         return out
+
+    def route(self, tokens: Tensor, domain: Tensor) -> Tensor:
+        """Per-domain expert outputs ``[B, n_fmb, d]``: row ``i`` goes to the expert of ``domain[i]``."""
+        if len(self.experts) == 1:
+            out: Tensor = self.experts[0](tokens)
+            return out
+        routed = tokens.new_zeros(tokens.shape[0], self.shared.n_out, self.shared.dim)
+        for i, expert in enumerate(self.experts):
+            # Every expert runs (possibly on zero rows) so that all ranks see the same graph.
+            idx = (domain == i).nonzero().squeeze(1)
+            routed = routed.index_add(0, idx, expert(tokens.index_select(0, idx)))
+        return routed
 
 
 class DenseToken(nn.Module):

@@ -28,7 +28,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=["kunlun", "dlrm"], default="kunlun")
     p.add_argument("--data", choices=["synthetic", "movielens"], help="default: config file, else synthetic")
     p.add_argument("--steps", type=int, help="total steps (default: config file, else 100)")
-    p.add_argument("--checkpoint-dir", help="checkpoint directory; resumes from its newest complete checkpoint")
+    p.add_argument(
+        "--checkpoint-dir",
+        help="checkpoint location (path, file://, s3://, gs://); resumes from its newest complete checkpoint",
+    )
     p.add_argument(
         "--checkpoint-every", type=int, help="steps between checkpoints (default: config, else 0 = at the end)"
     )
@@ -91,6 +94,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
             return 2
     args = build_args(ns, env)
+    try:
+        from ..models import get_preset
+        from .parallel import check_mesh_fits
+
+        # Mesh x model checks before any process starts (the preset decides what pp/tp/cp fit).
+        check_mesh_fits(env, get_preset(args.preset), args.model, args.batch_size)
+    except EnvContractError as exc:
+        print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"gem_workloads.training: {exc}", file=sys.stderr)
+        return 2
     try:
         if env.rank is not None:  # torchrun: one process per rank already
             from .trainer import run_worker

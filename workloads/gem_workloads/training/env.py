@@ -32,13 +32,22 @@ environment (the GEMTraining env contract, docs/contracts.md; PET_* forms are ac
   GEM_CONFIG_FILE                the job's resolved config.json (preset, data, steps, checkpoint...);
                                  command-line flags override it
   GEM_RANK_MAP_FILE              full rank map (read for logging only)
-  GEM_CHECKPOINT_URI             checkpoint directory when --checkpoint-dir is not given (a path or file://)
+  GEM_CHECKPOINT_URI             checkpoint location when --checkpoint-dir is not given: a path, file://,
+                                 s3:// or gs:// (uploaded with a loader manifest; credentials from AWS_* /
+                                 GOOGLE_*, AWS_ENDPOINT_URL for a custom endpoint)
   GEM_RESUME_FROM                checkpoint name to resume from (e.g. step-000400); empty: the newest
+  GEM_RESTORE_DIR                local dir where an init container already pulled GEM_RESUME_FROM
+                                 (gem-load pull); used when complete, else the trainer pulls it itself
+  GEM_CHECKPOINT_STAGING         node-local scratch for object-store checkpoints (default: temp dir)
   GEM_METRICS_PORT               Prometheus port of local rank 0 (default 9400; 0 disables)
   GEM_NUM_THREADS                torch intra-op threads per process (default: torch's choice)
 
-limits: this loop trains data-parallel (dp_replicate x dp_shard x cp, dense params FSDP2-sharded over
-dp_shard x cp) with TorchRec-sharded embeddings; GEM_MESH_SHAPE must have pp=1 and tp=1.
+parallelism (--model kunlun): pp pipelines the layer stack (GPipe, pp microbatches; embeddings on stage 0,
+heads on the last), tp splits heads and MLP widths, cp splits the sequence by attention blocks, ep spreads
+the per-domain experts over groups of dp_shard x cp ranks, dense params are FSDP2-sharded over dp_shard x cp.
+limits: pp <= the preset's num_layers; cp divides seq_len / block_size; tp divides num_heads and every MLP
+width; --batch-size divisible by pp x cp (and by cp when pp=1). --model dlrm trains data-parallel only
+(pp=cp=tp=1).
 """
 
 
@@ -104,14 +113,20 @@ class TrainingEnv:
 
 
 def require_supported_mesh(env: TrainingEnv) -> None:
-    """The training loop implements the data-parallel dims only (see ENV_HELP, "limits")."""
-    if env.mesh.pp > 1 or env.mesh.tp > 1:
+    """Cross-checks of the mesh for a :class:`TrainingEnv` built by hand (``load_env`` does them too).
+
+    Every mesh that passes is trained; what depends on the model (pp vs layers, tp vs widths,
+    cp vs attention blocks) is checked by ``parallel.check_mesh_fits`` once the preset is known.
+    """
+    if env.mesh.size != env.world_size:
         raise EnvContractError(
             "GEM_MESH_SHAPE",
             str(env.mesh),
-            "this training loop implements data parallelism (dp_replicate x dp_shard x cp) and embedding "
-            "sharding; pipeline (pp) and tensor (tp) parallelism must be 1",
+            f"the product of the mesh dims is {env.mesh.size} but WORLD_SIZE is {env.world_size}",
         )
+    shard_cp = env.mesh.dp_shard * env.mesh.cp
+    if shard_cp % env.ep:
+        raise EnvContractError("GEM_EP", str(env.ep), f"must divide dp_shard x cp = {shard_cp}")
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:

@@ -1,21 +1,34 @@
 """The distributed training loop: process group, 5D DeviceMesh, TorchRec DMP, FSDP2, DCP.
 
-Parallelism as implemented here:
+Parallelism as implemented here (``--model kunlun``; modules in parentheses):
 
-* the DeviceMesh has the five contract dims ``(pp, dp_replicate, dp_shard, cp, tp)``;
-* every rank trains on its own data shard (``pp = tp = 1`` is required: the ranking model is
-  small enough per layer that pipeline / tensor parallelism are not implemented; ``cp`` is
-  folded into data sharding as torchtitan does for non-attention-heavy dense parts);
+* the DeviceMesh has the five contract dims ``(pp, dp_replicate, dp_shard, cp, tp)``
+  (:mod:`.parallel`); ranks that differ only in ``pp``, ``cp`` or ``tp`` train on the same batch,
+  one batch per ``(dp_replicate, dp_shard)`` coordinate;
+* ``pp``: the layer stack is cut into contiguous stages run by ``ScheduleGPipe`` with ``pp``
+  microbatches (:mod:`.pipeline`); embeddings and feature preparation live on stage 0, heads and
+  loss on the last stage; every module another stage owns is removed from this rank's model, so
+  checkpoints hold each parameter once under its model name;
+* ``tp``: Megatron column/row pairs over the attention projections, FFNs, FMB expert MLPs and
+  task heads, applied before FSDP2 (:func:`.parallel.apply_tensor_parallel`);
+* ``cp``: the sequence is split by whole attention blocks; summarisation combines per-rank
+  partial attention exactly with log-sum-exp weights; the per-example part after the sequence
+  is split over the cp ranks by examples (:mod:`.context`);
+* ``ep`` (``GEM_EP``): per-domain experts spread over groups of ``ep`` ranks of
+  ``dp_shard x cp``, rows exchanged by all-to-all (:mod:`.experts`);
 * dense parameters: FSDP2 ``fully_shard`` over ``dp_shard x cp`` (HSDP with ``dp_replicate``
-  as the replicate dim when it is > 1), one FSDP unit per block;
-* embeddings: TorchRec ``DistributedModelParallel`` with an ``EmbeddingShardingPlanner``
-  whose topology is the sharding group (``GEM_EMBEDDING_SHARDING_GROUP``). When the group is
-  smaller than the world on CUDA, TorchRec's 2D ``DMPCollection`` shards inside each group and
-  replicates across groups (replicas averaged by ``sync()`` every step); on CPU (DMPCollection
-  is CUDA-only) tables are sharded over the whole world and a warning says so. On CPU/gloo
-  only table-wise sharding is offered (row-wise needs reduce_scatter); on GPU the planner
-  chooses among table/row/column/table-row-wise. Sparse optimiser: Adagrad fused into the
-  backward; dense: Adam.
+  as the replicate dim when it is > 1), one FSDP unit per block; the loss scaling that keeps
+  gradients those of pure data parallelism is described in :mod:`.dense`;
+* embeddings: TorchRec ``DistributedModelParallel`` over the ranks of pipeline stage 0 (the
+  world when ``pp = 1``) with an ``EmbeddingShardingPlanner`` whose topology is the sharding
+  group (``GEM_EMBEDDING_SHARDING_GROUP``). When the group is smaller than those ranks on CUDA,
+  TorchRec's 2D ``DMPCollection`` shards inside each group and replicates across groups
+  (replicas averaged by ``sync()`` every step); on CPU (DMPCollection is CUDA-only) tables are
+  sharded over all of them and a warning says so. On CPU/gloo only table-wise sharding is
+  offered (row-wise needs reduce_scatter); on GPU the planner chooses among
+  table/row/column/table-row-wise. Sparse optimiser: Adagrad fused into the backward; dense: Adam.
+
+``--model dlrm`` (the baseline) trains data-parallel only: ``pp = cp = tp = 1``.
 """
 
 from __future__ import annotations
@@ -34,15 +47,19 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
-from ..models import Batch, FeatureSchema, ModelConfig, RankingModel, build_model, get_preset
-from .checkpoint import CheckpointManager
-from .env import MESH_DIMS, TrainingEnv, require_supported_mesh
+from ..models import Batch, FeatureSchema, KunlunModel, ModelConfig, RankingModel, build_model, get_preset
+from ..models.common import pooled_tokens, sequence_embeddings
+from .checkpoint import open_checkpoints
+from .dense import DenseRunner
+from .env import TrainingEnv, require_supported_mesh
 from .metrics import AUCWindow, PrometheusMetrics, peak_flops
+from .parallel import build_parallel, check_mesh_fits
+from .pipeline import prune_to_stage, split_layers
 
 log = logging.getLogger("gem_workloads.training")
 
@@ -108,7 +125,34 @@ def shard_model(
     device: torch.device,
     args: TrainArgs,
 ) -> tuple[Any, list[nn.Module]]:
-    """DMP for the TorchRec modules, FSDP2 for the dense units. Returns (dmp, dense units)."""
+    """Data-parallel path (DLRM): DMP over the world, FSDP2 for the dense units. Returns (dmp, dense units)."""
+    units = model.dense_units()
+    dmp = shard_embeddings(model, env, dist.GroupMember.WORLD, device, args, units)
+    dense_mesh = fsdp_mesh(mesh, env)
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if args.bf16
+        else MixedPrecisionPolicy()
+    )
+    for unit in units:
+        unit.to(device)
+        fully_shard(unit, mesh=dense_mesh, mp_policy=mp)
+    return dmp, units
+
+
+def shard_embeddings(
+    model: nn.Module,
+    env: TrainingEnv,
+    group: Any,
+    device: torch.device,
+    args: TrainArgs,
+    units: list[nn.Module],
+) -> Any:
+    """TorchRec DMP of ``model.sparse`` over the ranks of ``group`` (the world, or one pipeline stage).
+
+    ``units``: the modules holding every dense parameter of ``model`` (checked, so none is left
+    out of FSDP). The dense part is left alone by DMP.
+    """
     from torchrec.distributed.model_parallel import DataParallelWrapper, DistributedModelParallel
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
     from torchrec.distributed.sharding_plan import get_default_sharders
@@ -120,37 +164,38 @@ def shard_model(
         def wrap(self, dmp: Any, env: Any, device: Any) -> None:
             return None
 
-    units = model.dense_units()
-    sparse_ids = {id(p) for p in model.sparse.parameters()}
+    sparse_ids = {id(p) for p in model.get_submodule("sparse").parameters()}
     covered = {id(p) for u in units for p in u.parameters()}
     stray = [n for n, p in model.named_parameters() if id(p) not in sparse_ids and id(p) not in covered]
     if stray:
         raise RuntimeError(f"dense parameters outside every FSDP unit: {stray}")
-    apply_optimizer_in_backward(torch.optim.Adagrad, list(model.sparse.parameters()), {"lr": args.sparse_lr})
-    tables = [
-        f.table for f in (*model.schema.user_features, *model.schema.item_features, *model.schema.sequence_features)
-    ]
+    apply_optimizer_in_backward(
+        torch.optim.Adagrad, list(model.get_submodule("sparse").parameters()), {"lr": args.sparse_lr}
+    )
+    schema: FeatureSchema = model.schema  # type: ignore[assignment]
+    tables = [f.table for f in (*schema.user_features, *schema.item_features, *schema.sequence_features)]
     constraints = {t: ParameterConstraints(sharding_types=_sharding_types(device)) for t in tables}
-    group = env.sharding_group
-    two_d = group < env.world_size and device.type == "cuda"
-    if group < env.world_size and not two_d:
+    ranks = dist.get_world_size(group)
+    sharding = env.sharding_group if ranks % env.sharding_group == 0 else ranks
+    two_d = sharding < ranks and device.type == "cuda"
+    if sharding < ranks and not two_d:
         # TorchRec's 2D embedding parallelism (DMPCollection: tables sharded inside each group,
-        # groups replicated) supports CUDA only; on CPU the tables are sharded over the whole world.
+        # groups replicated) supports CUDA only; on CPU the tables are sharded over all DMP ranks.
         log.warning(
-            "GEM_EMBEDDING_SHARDING_GROUP=%d < WORLD_SIZE=%d on %s: sharding embeddings over the whole "
-            "world (DMPCollection needs CUDA)",
-            group,
-            env.world_size,
+            "GEM_EMBEDDING_SHARDING_GROUP=%d < %d embedding ranks on %s: sharding embeddings over all of them "
+            "(DMPCollection needs CUDA)",
+            sharding,
+            ranks,
             device.type,
         )
-        group = env.world_size
+        sharding = ranks
     topology = Topology(
-        world_size=group,
+        world_size=sharding,
         compute_device=device.type,
-        local_world_size=min(env.nproc_per_node, group),
+        local_world_size=min(env.nproc_per_node, sharding),
     )
     planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
-    plan = planner.collective_plan(model, get_default_sharders(), dist.GroupMember.WORLD)
+    plan = planner.collective_plan(model, get_default_sharders(), group)
     dmp: Any
     if two_d:
         from torchrec.distributed.model_parallel import DMPCollection
@@ -159,23 +204,22 @@ def shard_model(
             module=model,
             device=device,
             plan=plan,
-            world_size=env.world_size,
-            sharding_group_size=group,
-            global_pg=dist.GroupMember.WORLD,
+            world_size=ranks,
+            sharding_group_size=sharding,
+            global_pg=group,
             data_parallel_wrapper=_DenseLeftAlone(),
         )
     else:
-        dmp = DistributedModelParallel(model, device=device, plan=plan, data_parallel_wrapper=_DenseLeftAlone())
-    dense_mesh = fsdp_mesh(mesh, env)
-    mp = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if args.bf16
-        else MixedPrecisionPolicy()
-    )
-    for unit in units:
-        unit.to(device)
-        fully_shard(unit, mesh=dense_mesh, mp_policy=mp)
-    return dmp, units
+        from torchrec.distributed.types import ShardingEnv
+
+        dmp = DistributedModelParallel(
+            model,
+            env=ShardingEnv.from_process_group(group),
+            device=device,
+            plan=plan,
+            data_parallel_wrapper=_DenseLeftAlone(),
+        )
+    return dmp
 
 
 def fsdp_mesh(mesh: DeviceMesh, env: TrainingEnv) -> DeviceMesh:
@@ -248,22 +292,40 @@ class Trainer:
                 rank=rank,
                 world_size=env.world_size,
             )
-        self.mesh = init_device_mesh(self.device.type, env.mesh.as_tuple(), mesh_dim_names=MESH_DIMS)
         cfg = config or get_preset(args.preset)
         if args.comp_skip is not None:
             cfg = cfg.with_(comp_skip=args.comp_skip)
         self.config = cfg
-        self.loader, self.schema = build_data(args, cfg, shard=rank)
+        check_mesh_fits(env, cfg, args.model, args.batch_size)
+        self.par = build_parallel(env, self.device.type)
+        self.mesh = self.par.world
+        # Ranks that differ only in pp, cp or tp train on the same batch.
+        self.loader, self.schema = build_data(args, cfg, shard=self.par.data_shard)
         torch.manual_seed(args.seed)
         self.model = build_model(args.model, cfg, self.schema, device=torch.device("meta"))
-        self.dmp: Any  # torchrec DistributedModelParallel (torchrec ships no type information)
-        self.dmp, self.units = shard_model(self.model, env, self.mesh, self.device, args)
+        self.first_stage = self.par.pp_rank == 0
+        self.runner: DenseRunner | None = None
+        # self.dmp: what checkpoints save — the TorchRec DMP on ranks with embeddings, else the
+        # stage's (pruned) model. torchrec ships no type information, hence Any.
+        self.dmp: Any
+        if isinstance(self.model, KunlunModel):
+            layers = split_layers(cfg.num_layers, self.par.pp)[self.par.pp_rank]
+            prune_to_stage(self.model, layers, first=self.first_stage, last=self.par.pp_rank == self.par.pp - 1)
+            stage_units = [m for m in self.model.dense_units() if any(True for _ in m.parameters())]
+            self.dmp = (
+                shard_embeddings(self.model, env, self.par.stage_group, self.device, args, stage_units)
+                if self.first_stage
+                else self.model
+            )
+            self.runner = DenseRunner(self.model, self.par, self.device, microbatches=self.par.pp, bf16=args.bf16)
+            self.units = self.runner.stage.units()
+        else:
+            self.dmp, self.units = shard_model(self.model, env, self.mesh, self.device, args)
         self._replicated_embeddings = type(self.dmp).__name__ == "DMPCollection"
-        self.dense_view = nn.ModuleList(self.units)
         self.dense_params = [p for u in self.units for p in u.parameters()]
         self.optimizer = torch.optim.Adam(self.dense_params, lr=args.lr)
         ckpt_root = args.checkpoint_dir or env.checkpoint_uri
-        self.checkpoints = CheckpointManager(Path(ckpt_root)) if ckpt_root else None
+        self.checkpoints = open_checkpoints(ckpt_root) if ckpt_root else None
         self.auc = AUCWindow(self.schema.num_tasks)
         self.prom = (
             PrometheusMetrics(
@@ -279,9 +341,10 @@ class Trainer:
     # -- checkpoint state ------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(what DCP saves/loads in place, the fused optimizer's full state dict)."""
-        names = {id(p): n for n, p in self.dense_view.named_parameters()}
+        # Model FQNs: unique across pipeline stages and expert-parallel ranks.
+        names = {id(p): n for n, p in self.model.named_parameters()}
         dense_optim = {names[id(p)]: st for p, st in self.optimizer.state.items()}
-        sparse = self.dmp.fused_optimizer.state_dict()
+        sparse = self.dmp.fused_optimizer.state_dict() if self.first_stage else {"state": {}}
         state = {
             "model": self.dmp.state_dict(),
             "dense_optim": dense_optim,
@@ -314,14 +377,15 @@ class Trainer:
         if self.checkpoints is None:
             return
         name = self.args.resume_from or self.env.resume_from
-        path = self.checkpoints.root / name if name else self.checkpoints.latest()
+        path = self.checkpoints.resume_point(name, self.rank, self.local_rank)
         if path is None:
             return
         self._prime_dense_optimizer()
         state, sparse = self._state()
         self.checkpoints.load(path, state)
         self.dmp.load_state_dict(state["model"])
-        self.dmp.fused_optimizer.load_state_dict(sparse)
+        if self.first_stage:
+            self.dmp.fused_optimizer.load_state_dict(sparse)
         self.step = int(state["progress"]["step"])
         self._emit(
             {"event": "resumed", "step": self.step, "path": str(path), "param_checksum": param_checksum(self.dmp)}
@@ -334,15 +398,31 @@ class Trainer:
             self.out.flush()
 
     def train_step(self, batch: Batch) -> Tensor:
-        logits: Tensor = self.dmp(batch)
-        loss = masked_bce(logits, batch.labels, batch.label_mask)
-        torch.autograd.backward(loss)
+        """One step; returns this rank's loss term (see :mod:`.dense` for how terms add up)."""
+        if self.runner is None:  # data-parallel baseline
+            logits: Tensor = self.dmp(batch)
+            loss = masked_bce(logits, batch.labels, batch.label_mask)
+            torch.autograd.backward(loss)
+            labels, mask = batch.labels, batch.label_mask
+        else:
+            out = self.runner.step(self._lookups(batch) if self.first_stage else None, batch)
+            loss, logits, labels, mask = out.loss, out.logits, out.labels, out.mask  # type: ignore[assignment]
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self._replicated_embeddings:
             self.dmp.sync()  # DMPCollection: average the embedding replicas across sharding groups
-        self.auc.add(torch.sigmoid(logits.detach().float()), batch.labels, batch.label_mask)
+        if logits is not None and labels is not None and mask is not None:  # last pipeline stage
+            self.auc.add(torch.sigmoid(logits.detach().float()), labels, mask)
         return loss.detach()
+
+    def _lookups(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """Stage 0: the sharded TorchRec lookups the first pipeline stage reads (user, sequence, item)."""
+        sparse = self.dmp.module.sparse
+        schema, cfg = self.schema, self.config
+        user = pooled_tokens(sparse.user, batch.user.categorical, schema.user_names)
+        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len)
+        item = pooled_tokens(sparse.item, batch.candidate.categorical, schema.item_names)
+        return user, seq, item
 
     def _start_record(self) -> dict[str, Any]:
         env = self.env
@@ -376,22 +456,27 @@ class Trainer:
         losses: list[Tensor] = []
         window_start = time.perf_counter()
         window_examples = 0
+        first_step = self.step + 1
         self.dmp.train()
+        if self.runner is not None:
+            self.runner.stage.train()
         while self.step < args.steps:
             step = self.step + 1
             batch = self.loader.batch(step).to(self.device)
-            if self.flops_per_step is None:
+            # The pipeline's first step infers its send/recv metadata with autograd.grad, which the
+            # FLOP counter's backward hooks do not support: count a later step then.
+            if self.flops_per_step is None and (self.par.pp == 1 or step > first_step):
                 with FlopCounterMode(display=False) as counter:
                     loss = self.train_step(batch)
-                self.flops_per_step = float(counter.get_total_flops())
-                window_start = time.perf_counter()  # do not time the counted step
+                self.flops_per_step = self._world_flops(float(counter.get_total_flops()))
+                window_start, window_examples = time.perf_counter(), 0  # do not time the counted step
             else:
                 loss = self.train_step(batch)
                 window_examples += batch.size
             losses.append(loss)
             self.step = step
             if self.prom:
-                self.prom.add_examples(batch.size * self.env.world_size)
+                self.prom.add_examples(batch.size * self.par.data_shards)
             if step % max(args.log_every, 1) == 0 or step == args.steps:
                 record = self._log_record(step, losses, window_examples, time.perf_counter() - window_start)
                 records.append(record)
@@ -411,23 +496,41 @@ class Trainer:
         stats = torch.tensor([float(examples), seconds], dtype=torch.float64, device=_comm_device())
         dist.all_reduce(loss)
         dist.all_reduce(stats)
-        world = self.env.world_size
+        world, par = self.env.world_size, self.par
         mean_seconds = float(stats[1]) / world
-        eps = float(stats[0]) / mean_seconds if mean_seconds > 0 and examples > 0 else None
+        # Every rank of a data shard counted the same examples: count them once.
+        shared = world // par.data_shards
+        eps = float(stats[0]) / shared / mean_seconds if mean_seconds > 0 and examples > 0 else None
         flops_per_s = None
         mfu = None
         if eps is not None and self.flops_per_step:
-            flops_per_s = self.flops_per_step / self.args.batch_size * eps
+            flops_per_s = self.flops_per_step / (self.args.batch_size * par.data_shards) * eps
             mfu = flops_per_s / (self.peak * world)
-        auc_value = self.auc.value()
+        auc_value = self._auc()
+        # Loss terms live on the last pipeline stage; their sum over it is `world // pp` batch means.
         return {
             "step": step,
-            "loss": round(float(loss) / world, 6),
+            "loss": round(float(loss) / (world // par.pp), 6),
             "examples_per_s": None if eps is None else round(eps, 1),
             "auc": None if auc_value is None else round(auc_value, 5),
             "flops_per_s": None if flops_per_s is None else float(f"{flops_per_s:.4g}"),
             "mfu": None if mfu is None else round(mfu, 5),
         }
+
+    def _world_flops(self, local: float) -> float:
+        """FLOPs of one step summed over all ranks (pipeline stages and tp/cp shards differ)."""
+        total = torch.tensor(local, dtype=torch.float64, device=_comm_device())
+        dist.all_reduce(total)
+        return float(total)
+
+    def _auc(self) -> float | None:
+        """AUC of the window; with pp > 1 rank 0 scores nothing, so the last stage's first rank's value."""
+        value = self.auc.value()
+        if self.par.pp == 1:
+            return value
+        t = torch.tensor(float("nan") if value is None else value, dtype=torch.float64, device=_comm_device())
+        dist.broadcast(t, src=(self.par.pp - 1) * (self.env.world_size // self.par.pp))
+        return None if torch.isnan(t) else float(t)
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -446,10 +549,10 @@ def run_worker(args: TrainArgs, env: TrainingEnv, local_rank: int) -> None:
     finally:
         trainer.close()
         if local_rank == 0 and trainer.checkpoints is not None:
-            report_checkpoint(trainer.checkpoints.latest())
+            report_checkpoint(trainer.checkpoints.latest_name())
 
 
-def report_checkpoint(latest: Path | None, path: str | None = None) -> bool:
+def report_checkpoint(latest: str | Path | None, path: str | None = None) -> bool:
     """Tell the operator the newest checkpoint through the container's termination message.
 
     docs/contracts.md: JSON {"checkpoint": "step-000400"} in /dev/termination-log (or
@@ -459,7 +562,7 @@ def report_checkpoint(latest: Path | None, path: str | None = None) -> bool:
     if latest is None or not target.parent.is_dir():
         return False
     try:
-        target.write_text(json.dumps({"checkpoint": latest.name}))
+        target.write_text(json.dumps({"checkpoint": Path(latest).name}))
     except OSError:
         return False
     return True
