@@ -100,3 +100,17 @@ def test_block_attention_stays_inside_blocks() -> None:
     assert h.grad[0, 4:].abs().sum() == 0  # block 1 never influences block 0
     assert h.grad[0, :4].abs().sum() > 0
     np.testing.assert_array_equal(out.shape, (1, 8, 8))
+
+
+@pytest.mark.parametrize("kind", ["kunlun", "dlrm"])
+def test_every_dense_unit_runs_its_own_forward(kind: str) -> None:
+    """FSDP2 gathers a unit's parameters in its forward hook: a unit whose submodules are called
+    directly (bypassing its forward) would meet sharded parameters in training."""
+    batch, schema = _batch("tiny", 4)
+    model = build_model(kind, get_preset("tiny"), schema)  # type: ignore[arg-type]
+    units = [u for u in model.dense_units() if any(True for _ in u.parameters())]
+    called: set[int] = set()
+    for unit in units:
+        unit.register_forward_pre_hook(lambda m, _args: called.add(id(m)))
+    model(batch)
+    assert [type(u).__name__ for u in units if id(u) not in called] == []

@@ -70,7 +70,9 @@ class DLRMModel(nn.Module):
         self.interaction = DotInteractionTop(n_tokens, d, config.dlrm_top, schema.num_tasks)
 
     def dense_units(self) -> list[nn.Module]:
-        return [self.bottom, self.domain_token, self.interaction]
+        # The modules whose forward runs (FSDP gathers parameters in a unit's forward hook):
+        # scoring calls the interaction's top MLP directly, so that is the unit, not the interaction.
+        return [self.bottom, self.domain_token, self.interaction.top]
 
     def encode_user(self, user: UserFeatures) -> UserState:
         tokens = torch.cat(
