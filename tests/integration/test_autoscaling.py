@@ -73,6 +73,8 @@ def test_replicas_follow_load_and_hold_without_metrics(
 
         load["value"] = 700.0  # ~3.5 replicas of work: at SM target 0.6 that needs 6
         cluster.wait_for(lambda: deployment_replicas(cluster, "ranker-server") == 6, timeout=40)
+        # The pass scales the Deployment first and writes its own status last: wait for that write.
+        cluster.wait_for(lambda: status(cluster, "RankingService", "ranker").get("desiredReplicas") == 6, timeout=10)
         st = status(cluster, "RankingService", "ranker")
         assert st["desiredReplicas"] == 6 and st["lastScaleReason"]
         assert any(e["reason"] == "Scaled" for e in cluster.events("default"))
