@@ -17,6 +17,7 @@ from gem_operator.api.training import MESH_DIMS, GEMTrainingSpec
 from gem_operator.render.common import (
     ANNOTATION_SPEC_HASH,
     GPU_TOLERATION,
+    NODE_CACHE_VOLUME,
     Owner,
     child_name,
     container_resources,
@@ -225,7 +226,7 @@ def _pod(
 
 def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
     """Object-store checkpoint and a resume point: the pod pulls it before the trainer starts."""
-    return spec.checkpoint.object_store and bool(resume_from) and bool(_CHECKPOINT_NAME.fullmatch(resume_from or ""))
+    return spec.checkpoint.object_store and _CHECKPOINT_NAME.fullmatch(resume_from or "") is not None
 
 
 def _object_store_checkpoints(
@@ -277,7 +278,7 @@ def _without_resume(pod_spec: dict[str, Any]) -> dict[str, Any]:
     if inits:
         out["initContainers"] = inits
     if len(inits) != len(pod_spec.get("initContainers", [])):
-        out["volumes"] = [v for v in pod_spec["volumes"] if v["name"] != node_cache_volume()["name"]]
+        out["volumes"] = [v for v in pod_spec["volumes"] if v["name"] != NODE_CACHE_VOLUME]
     return out
 
 

@@ -72,17 +72,22 @@ def _gates_ready(pod: Obj) -> bool:
     return all(have.get(kind) == "True" for kind in wanted)
 
 
+def _container_status(container: Obj, index: int, *, ready: bool, state: Obj, init: bool = False) -> Obj:
+    """One entry of `containerStatuses` (or, with ``init``, `initContainerStatuses`)."""
+    return {
+        "name": container.get("name", f"{'init' if init else 'c'}{index}"),
+        "image": container.get("image", ""),
+        "imageID": "",
+        "ready": ready,
+        "started": "running" in state,
+        "restartCount": 0,
+        "state": state,
+    }
+
+
 def _container_statuses(pod: Obj, *, ready: bool, started_at: str) -> list[Obj]:
     return [
-        {
-            "name": c.get("name", f"c{i}"),
-            "image": c.get("image", ""),
-            "imageID": "",
-            "ready": ready,
-            "started": True,
-            "restartCount": 0,
-            "state": {"running": {"startedAt": started_at}},
-        }
+        _container_status(c, i, ready=ready, state={"running": {"startedAt": started_at}})
         for i, c in enumerate((pod.get("spec") or {}).get("containers") or [])
     ]
 
@@ -254,15 +259,7 @@ class PodLifecycle:
             },
         )
         statuses = [
-            {
-                "name": c.get("name", f"init{i}"),
-                "image": c.get("image", ""),
-                "imageID": "",
-                "ready": False,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": started}},
-            }
+            _container_status(c, i, ready=False, state={"running": {"startedAt": started}}, init=True)
             for i, c in enumerate(pod["spec"].get("initContainers") or [])
         ]
         await self._status(
@@ -286,24 +283,14 @@ class PodLifecycle:
             message = simulated_init_message(c, self.config.init_delay)
             if message is not None:
                 terminated["message"] = message
-            out.append(
-                {
-                    "name": c.get("name", f"init{i}"),
-                    "image": c.get("image", ""),
-                    "imageID": "",
-                    "ready": True,
-                    "started": False,
-                    "restartCount": 0,
-                    "state": {"terminated": terminated},
-                }
-            )
+            out.append(_container_status(c, i, ready=True, state={"terminated": terminated}, init=True))
         return out
 
     async def _start(self, pod: Obj, nodes: list[Obj], now: float) -> None:
         uid = pod["metadata"]["uid"]
-        status_before = pod.get("status") or {}
-        started = status_before.get("startTime") if status_before.get("initContainerStatuses") else None
-        started = started or _now()
+        before = pod.get("status") or {}
+        # With init containers the pod started when they did; otherwise it starts now.
+        started = (before.get("startTime") if before.get("initContainerStatuses") else None) or _now()
         extra: Obj = {}
         if pod["spec"].get("initContainers"):
             extra["initContainerStatuses"] = self._finished_inits(pod)

@@ -210,10 +210,6 @@ class CheckpointManager(Checkpoints):
     def complete_names(self) -> list[tuple[int, str]]:
         return [(step, p.name) for step, p in self.complete()]
 
-    def latest(self) -> Path | None:
-        done = self.complete()
-        return done[-1][1] if done else None
-
     def save(self, step: int, state: dict[str, Any], rank: int) -> str:
         path = self.root / self.name(step)
         if rank == 0:

@@ -48,7 +48,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
@@ -58,7 +57,7 @@ from .checkpoint import open_checkpoints
 from .dense import DenseRunner
 from .env import TrainingEnv, require_supported_mesh
 from .metrics import AUCWindow, PrometheusMetrics, peak_flops
-from .parallel import build_parallel, check_mesh_fits
+from .parallel import apply_fsdp, build_parallel, check_mesh_fits
 from .pipeline import prune_to_stage, split_layers
 
 log = logging.getLogger("gem_workloads.training")
@@ -121,22 +120,16 @@ def _sharding_types(device: torch.device) -> list[str]:
 def shard_model(
     model: RankingModel,
     env: TrainingEnv,
-    mesh: DeviceMesh,
+    dp: DeviceMesh,
     device: torch.device,
     args: TrainArgs,
 ) -> tuple[Any, list[nn.Module]]:
-    """Data-parallel path (DLRM): DMP over the world, FSDP2 for the dense units. Returns (dmp, dense units)."""
+    """Data-parallel path (DLRM): DMP over the world, FSDP2 over ``dp`` for the dense units. Returns (dmp, units)."""
     units = model.dense_units()
     dmp = shard_embeddings(model, env, dist.GroupMember.WORLD, device, args, units)
-    dense_mesh = fsdp_mesh(mesh, env)
-    mp = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if args.bf16
-        else MixedPrecisionPolicy()
-    )
     for unit in units:
         unit.to(device)
-        fully_shard(unit, mesh=dense_mesh, mp_policy=mp)
+    apply_fsdp(units, dp, bf16=args.bf16)
     return dmp, units
 
 
@@ -220,17 +213,6 @@ def shard_embeddings(
             data_parallel_wrapper=_DenseLeftAlone(),
         )
     return dmp
-
-
-def fsdp_mesh(mesh: DeviceMesh, env: TrainingEnv) -> DeviceMesh:
-    if env.mesh.cp > 1:
-        shard = mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
-        name = "dp_shard_cp"
-    else:
-        shard, name = mesh["dp_shard"], "dp_shard"
-    if env.mesh.dp_replicate > 1:
-        return mesh["dp_replicate", name]
-    return shard
 
 
 def param_checksum(module: nn.Module) -> float:
@@ -320,7 +302,7 @@ class Trainer:
             self.runner = DenseRunner(self.model, self.par, self.device, microbatches=self.par.pp, bf16=args.bf16)
             self.units = self.runner.stage.units()
         else:
-            self.dmp, self.units = shard_model(self.model, env, self.mesh, self.device, args)
+            self.dmp, self.units = shard_model(self.model, env, self.par.dp, self.device, args)
         self._replicated_embeddings = type(self.dmp).__name__ == "DMPCollection"
         self.dense_params = [p for u in self.units for p in u.parameters()]
         self.optimizer = torch.optim.Adam(self.dense_params, lr=args.lr)
