@@ -30,6 +30,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: An
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 30
+    # A deleted pool's resync timer may be mid-pass (waiting on Prometheus); kopf releases the
+    # finalizer only after that pass ends and, by default, looks again only every 60 s.
+    settings.background.cancellation_polling = 2
     memo.kube = KubeApi.from_kubeconfig()
     if METRICS_PORT:
         from gem_operator.controllers.metrics import serve_metrics
