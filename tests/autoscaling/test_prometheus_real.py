@@ -1,17 +1,20 @@
 """Real Prometheus (Debian's /usr/bin/prometheus) scraping a real prometheus-client exporter.
 
-The exporter publishes DCGM_FI_PROF_SM_ACTIVE{namespace,pod} like dcgm-exporter; Prometheus
-scrapes it every second; the source reads it through /api/v1/query; the policy decides. Then
-the exporter stops (series go stale), and Prometheus stops: both are 'unavailable', and the
-policy holds instead of scaling down. Loopback only; every wait is bounded.
+The exporter publishes DCGM_FI_PROF_SM_ACTIVE{namespace,pod} like dcgm-exporter, and the ranking
+server's queue gauge and request counter. Prometheus scrapes it every second; the sources read it
+through /api/v1/query; the policy decides. Then the exporter stops (series go stale), and
+Prometheus stops: both are 'unavailable', and the policy holds instead of scaling down. Loopback
+only; every wait is bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.policy import (
@@ -57,6 +60,20 @@ class Exporter:
             ["namespace", "pod", "gpu"],
             registry=self.registry,
         )
+        # The ranking server's own series (gem_workloads.serving.metrics), as its pods export them.
+        self.queue_depth = Gauge(
+            "gem_ranking_queue_depth",
+            "Requests waiting in the batcher's queue.",
+            ["namespace", "pod"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "gem_ranking_requests",
+            "Ranking requests by HTTP status code.",
+            ["namespace", "pod", "code"],
+            registry=self.registry,
+        )
+        self._completing = threading.Event()
         self.port = free_port()
         server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
         self.server: Any = server
@@ -67,7 +84,20 @@ class Exporter:
         # A pod of another namespace must not leak into the reading.
         self.gauge.labels(namespace="other", pod=PODS[0], gpu="9").set(0.01)
 
+    def serve(self, pods: list[str], per_second: float, queued: float) -> None:
+        """Complete `per_second` requests/s on each pod (a background thread) with `queued` waiting."""
+        for pod in pods:
+            self.queue_depth.labels(namespace=NS, pod=pod).set(queued)
+
+        def tick() -> None:
+            while not self._completing.wait(0.1):
+                for pod in pods:
+                    self.requests.labels(namespace=NS, pod=pod, code="200").inc(per_second / 10)
+
+        threading.Thread(target=tick, daemon=True).start()
+
     def stop(self) -> None:
+        self._completing.set()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -195,3 +225,62 @@ async def test_stopped_exporter_goes_stale_not_zero(
     d = desired_replicas(spec, ScalerState(), observe(reading), time.time())
     assert d.desired_replicas == 4
     assert d.condition(METRICS_UNAVAILABLE).status == "True"
+
+
+async def test_queue_signal_through_real_prometheus(
+    exporter: Exporter, prometheus: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    """The default queue PromQL (queue gauge / completion rate) on real Prometheus raises the count."""
+    url, _ = prometheus
+    spec = AutoscalingSpec.model_validate(
+        {"targetSmActive": 0.6, "maxReplicas": 20, "metrics": {"prometheus": {"url": url}, "staleAfterSeconds": 10}}
+    )
+    # Pods 0-2 complete 200 requests/s with 2,000 waiting: 10 s of queued work each. Pod 3 exports
+    # no queue series at all (an older server build): it must count as an empty queue, not fail.
+    exporter.set(0.6)
+    exporter.serve(PODS[:3], per_second=200.0, queued=2000.0)
+    sm = PrometheusSmActiveSource(url, timeout_seconds=2)
+    queue = PrometheusSmActiveSource.for_queue(spec.metrics.prometheus, spec.metrics.queue, timeout_seconds=2)
+
+    rate = PrometheusSmActiveSource(
+        url,
+        'sum by (namespace, pod) (rate(gem_ranking_requests_total{namespace="$namespace", pod=~"$pods"}[1m]))',
+        timeout_seconds=2,
+    )
+    # rate() over [1m] ramps up while the series is younger than a minute, so compare the queue
+    # reading with the rate Prometheus reports at the same moment rather than with 200/s.
+    q = await wait_for(queue, lambda r: len(r.samples) == 3 and all(s.value > 1.0 for s in r.samples.values()))
+    r = await rate.read(NS, PODS)
+    for pod, sample in q.samples.items():
+        assert sample.value == pytest.approx(2000.0 / r.samples[pod].value, rel=0.15)
+    assert PODS[3] not in q.samples
+    now = time.time()
+    assert all(abs(now - s.timestamp) < 10 for s in q.samples.values())
+    sm_reading = await wait_for(sm, lambda r: len(r.samples) == 4)
+
+    # On target by SM active alone: inside the band, no change.
+    plain = desired_replicas(spec, ScalerState(), observe(sm_reading), now)
+    assert plain.desired_replicas == 4
+    # The queued work raises it: each of pods 0-2 counts as 0.6 * (1 + q / drainSeconds).
+    obs = Observation(current_replicas=4, pods=[PodState(p, ready=True) for p in PODS], metrics=sm_reading, queue=q)
+    d = desired_replicas(spec, ScalerState(), obs, now)
+    drain = spec.metrics.queue.drain_seconds
+    usage = sum(
+        s.value * (1 + (q.samples[p].value if p in q.samples else 0.0) / drain) for p, s in sm_reading.samples.items()
+    )
+    assert d.recommendation == math.ceil(usage / 0.6 - 1e-9) > 4
+    assert d.desired_replicas == min(d.recommendation, 8)  # default rate policy: +100 % or +4 per 15 s
+    assert d.reason == "QueuedWork"
+
+    # The queue source failing (Prometheus gone) is an empty queue: back to the SM signal, no error.
+    broken = PrometheusSmActiveSource.for_queue(
+        spec.metrics.prometheus.model_copy(update={"url": f"http://127.0.0.1:{free_port()}"}),
+        spec.metrics.queue,
+        timeout_seconds=1,
+    )
+    gone = await broken.read(NS, PODS)
+    assert gone.error is not None
+    obs = Observation(current_replicas=4, pods=obs.pods, metrics=sm_reading, queue=gone)
+    held = desired_replicas(spec, ScalerState(), obs, now)
+    assert held.desired_replicas == 4
+    assert held.condition(METRICS_UNAVAILABLE).status == "False"

@@ -41,7 +41,16 @@ class Stabilization(ApiModel):
     """Windows over which the safest recommendation wins (HPA semantics)."""
 
     up: int = Field(default=0, ge=0, le=3600, description="Seconds; the lowest recommendation wins.")
-    down: int = Field(default=300, ge=0, le=3600, description="Seconds; the highest recommendation wins.")
+    down: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds; the highest recommendation wins. HPA's 300 s suits pods that start in seconds; "
+            "for bursty traffic on replicas that take minutes to load a model, 600-900 s keeps GPUs "
+            "through the lulls between bursts (bench/autoscaling_replay.py shows the trade)."
+        ),
+    )
 
 
 class RatePolicy(ApiModel):

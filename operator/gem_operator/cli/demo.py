@@ -297,11 +297,12 @@ def run_demo(
         for namespace in namespaces:
             # Peering keeps two operator replicas from both acting; kopf waits for this object.
             cluster.apply(peering_object(PEERING_NAME, namespace))
-        # A simulated dcgm-exporter: per-pod SM active from the ranker's load, read by the autoscaler.
-        source = SimulatedSource()
-        use_metric_sources(lambda _spec: source, lambda _spec: source)
+        # A simulated dcgm-exporter and ranking-server queue: per-pod SM active and queued seconds
+        # of work from the ranker's load, read by the autoscaler.
+        source, queue_source = SimulatedSource(), SimulatedSource()
+        use_metric_sources(lambda _spec: source, lambda _spec: source, lambda _spec: queue_source)
         curve = trace_load_curve(TRACE, replay_seconds, peak=850.0) if replay_seconds else [60.0]
-        dcgm = SmActiveSimulator(cluster, source)
+        dcgm = SmActiveSimulator(cluster, source, queue_source=queue_source)
         ranker_pods = {"gem.dev/instance": "ads-ranker", "gem.dev/role": "server"}
         dcgm.add_pool("default", ranker_pods, lambda _t: dcgm_load(curve, _t - dcgm_offset[0]))
         # Precompute work follows the ranker's traffic (candidate sets it publishes).

@@ -1,8 +1,13 @@
-"""Simulated dcgm-exporter: per-pod SM active for pool pods, driven by a load curve.
+"""Simulated dcgm-exporter and ranking-server queue: per-pod signals driven by a load curve.
 
 Each tick it reads the Ready pods of every registered pool from the embedded cluster, spreads the
 pool's load over them and pushes `DCGM_FI_PROF_SM_ACTIVE`-like values (through the service
 model's SM-vs-utilisation curve) into a SimulatedSource the operator's autoscaler reads.
+
+Load beyond the Ready capacity queues (the replay's fluid model, `service_model.Pool`). When a
+`queue_source` is given, each tick also pushes the queued seconds of work per Ready pod, what the
+default `metrics.queue.query` reads from a real server (queue gauge over completion rate): SM
+active stops near 0.95 when pods are saturated, the queue says by how much demand exceeds them.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from gem_operator.sim.cluster import EmbeddedCluster
 LoadCurve = Callable[[float], float]  # seconds since start -> cost units per second
 
 
-@dataclass(frozen=True)
+@dataclass
 class Pool:
     namespace: str
     labels: Mapping[str, str]
     load: LoadCurve
+    queued: float = 0.0  # cost units waiting (fluid model)
+    last_tick: float | None = None  # elapsed seconds at the previous tick
 
 
 def _ready(pod: Mapping[str, object]) -> bool:
@@ -45,9 +52,11 @@ class SmActiveSimulator:
         source: SimulatedSource | None = None,
         model: ServiceModel | None = None,
         interval: float = 0.5,
+        queue_source: SimulatedSource | None = None,
     ) -> None:
         self.cluster = cluster
         self.source = source or SimulatedSource()
+        self.queue_source = queue_source
         self.model = model or ServiceModel()
         self.interval = interval
         self._pools: list[Pool] = []
@@ -61,17 +70,29 @@ class SmActiveSimulator:
     def elapsed(self) -> float:
         return time.monotonic() - self._started
 
-    def tick(self) -> None:
-        """Publish one round of samples (also callable directly from tests)."""
+    def tick(self, elapsed: float | None = None) -> None:
+        """Publish one round of samples (tests call it directly, with `elapsed` seconds since start)."""
         now = time.time()
+        elapsed = self.elapsed() if elapsed is None else elapsed
+        throughput = self.model.throughput_per_replica
         for pool in self._pools:
             pods = [p for p in self.cluster.list("v1", "Pod", pool.namespace, pool.labels) if _ready(p)]
+            load = max(pool.load(elapsed), 0.0)
+            dt = 0.0 if pool.last_tick is None else max(0.0, elapsed - pool.last_tick)
+            pool.last_tick = elapsed
+            capacity = len(pods) * throughput
+            pool.queued = max(0.0, pool.queued + (load - capacity) * dt)
             if not pods:
                 continue
-            utilisation = pool.load(self.elapsed()) / (len(pods) * self.model.throughput_per_replica)
-            sm = interpolate(self.model.sm_active, min(max(utilisation, 0.0), 1.0))
+            # Waiting work keeps the pods busy too, as in the replay's model.
+            utilisation = (load + (pool.queued / dt if dt > 0 and pool.queued > 0 else 0.0)) / capacity
+            sm = interpolate(self.model.sm_active, min(utilisation, 1.0))
+            queued_seconds = pool.queued / capacity
             for pod in pods:
-                self.source.push(pool.namespace, pod["metadata"]["name"], sm, now)
+                name = pod["metadata"]["name"]
+                self.source.push(pool.namespace, name, sm, now)
+                if self.queue_source is not None:
+                    self.queue_source.push(pool.namespace, name, queued_seconds, now)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
