@@ -28,7 +28,7 @@ as many, and the violation minutes are compared at that budget (equal GPU-hours)
 counts as a pass (no policy can have fewer than zero).
 
 Feasibility: for each scenario a "reactive oracle" (exact per-second load, orders at every
-15 s sync with no tolerance or rate limit, holds the peak of the last 300 s, replicas still
+15 s sync with no tolerance or rate limit, holds the peak of the scale-down window, replicas still
 take the model's 120 s to serve) is run with headroom x1..x4. Its violation minutes at x1 are
 what no signal could remove; the headroom it needs to meet the SLO target, and the GPU-hours
 that costs against static peak, show whether a target is reachable without clairvoyance.
@@ -267,21 +267,21 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"service_model": model.describe(), "scenarios": {}}
     all_pass = True
     plotted: ReplayReport | None = None
-    for name, load, scale, flash, spec in scenarios:
+    for name, load, scale, flash, service in scenarios:
         t0 = time.perf_counter()
-        report = simulate(load, spec, model, service="bench-ranker", trace=name, scale=scale)
+        report = simulate(load, service, model, service="bench-ranker", trace=name, scale=scale)
         elapsed = time.perf_counter() - t0
         sensitivity = name.startswith("sensitivity")
         pol, rps = report.results[POLICY], report.results[HPA_RPS]
         rps_iso = None
         if not sensitivity and pol.gpu_hours > rps.gpu_hours:
-            rps_iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours)
+            rps_iso = rps_at_equal_gpu_hours(load, service, model, pol.gpu_hours)
         checks = [] if sensitivity else verdicts(report, flash, rps_iso)
         all_pass &= all(ok for _, _, ok in checks)
         oracle = (
             []
             if sensitivity
-            else oracle_table(load, spec, model, report.results[STATIC_PEAK].gpu_hours, report.minutes)
+            else oracle_table(load, service, model, report.results[STATIC_PEAK].gpu_hours, report.minutes)
         )
         out["scenarios"][name] = {
             **report.to_dict(timeline=False),

@@ -156,6 +156,18 @@ def _curve(value: Any, where: str) -> Curve:
     return tuple(points)
 
 
+def fluid_step(queued: float, load: float, capacity: float, dt: float) -> tuple[float, float]:
+    """Advance the fluid queue `dt` seconds at `load` against `capacity` (cost units/s).
+
+    Returns (queued cost units, utilisation 0..1). Waiting work keeps the servers busy, so it
+    counts toward utilisation; with no capacity everything waits and any load is full use.
+    """
+    queued = max(0.0, queued + (load - capacity) * dt)
+    if capacity <= 0:
+        return queued, (1.0 if load > 0 else 0.0)
+    return queued, min(1.0, (load + (queued / dt if queued > 0 and dt > 0 else 0.0)) / capacity)
+
+
 @dataclass
 class Pool:
     """Replicas of one policy in the simulation: creation times; ready after the startup delay."""
@@ -193,11 +205,9 @@ class Pool:
         self.gpu_seconds += len(self.created) * dt
         ready = self.ready_count(now)
         cap = ready * self.model.throughput_per_replica
+        self.queue, util = fluid_step(self.queue, load, cap, dt)
         if cap <= 0:
-            self.queue += load * dt
-            return (1.0 if load > 0 else 0.0), 0.0, self.model.timeout_ms if load > 0 else 0.0
-        self.queue = max(0.0, self.queue + (load - cap) * dt)
-        util = min(1.0, (load + (self.queue / dt if self.queue > 0 else 0.0)) / cap)
+            return util, 0.0, self.model.timeout_ms if load > 0 else 0.0
         wait = self.queue / cap
         p99 = min(self.model.p99_ms(util, wait), self.model.timeout_ms)
         return util, interpolate(self.model.sm_active, util), p99
@@ -217,4 +227,4 @@ def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: floa
     return pairs[-1][0]
 
 
-__all__ = ["Curve", "Pool", "ProfileError", "ServiceModel", "interpolate", "weighted_quantile"]
+__all__ = ["Curve", "Pool", "ProfileError", "ServiceModel", "fluid_step", "interpolate", "weighted_quantile"]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gem_operator.autoscaling.service_model import ServiceModel, interpolate
+from gem_operator.autoscaling.service_model import ServiceModel, fluid_step, interpolate
 from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.sim.cluster import EmbeddedCluster
 
@@ -81,12 +81,10 @@ class SmActiveSimulator:
             dt = 0.0 if pool.last_tick is None else max(0.0, elapsed - pool.last_tick)
             pool.last_tick = elapsed
             capacity = len(pods) * throughput
-            pool.queued = max(0.0, pool.queued + (load - capacity) * dt)
+            pool.queued, utilisation = fluid_step(pool.queued, load, capacity, dt)
             if not pods:
                 continue
-            # Waiting work keeps the pods busy too, as in the replay's model.
-            utilisation = (load + (pool.queued / dt if dt > 0 and pool.queued > 0 else 0.0)) / capacity
-            sm = interpolate(self.model.sm_active, min(utilisation, 1.0))
+            sm = interpolate(self.model.sm_active, utilisation)
             queued_seconds = pool.queued / capacity
             for pod in pods:
                 name = pod["metadata"]["name"]
