@@ -88,7 +88,8 @@ def test_two_process_training_loss_decreases_kill_and_resume_is_exact(tmp_path: 
 
     # 2. resume: continues from the newest complete checkpoint with identical parameters
     proc2 = subprocess.run(_cmd(ckpt, STEPS), env=_env(), capture_output=True, text=True, timeout=240)
-    assert proc2.returncode == 0, proc2.stderr[-4000:]
+    # On failure show how far the run got (its JSON records) as well as how it ended.
+    assert proc2.returncode == 0, f"stdout: {proc2.stdout[-1500:]}\nstderr: {proc2.stderr[-3000:]}"
     resumed = _records(proc2.stdout)
     assert resumed[0]["event"] == "start" and resumed[0]["mesh"] == "pp=1,dp_replicate=1,dp_shard=2,cp=1,tp=1"
     resumed = resumed[1:]
