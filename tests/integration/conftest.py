@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,34 @@ from gem_operator.sim.cluster import EmbeddedCluster
 from gem_operator.sim.lifecycle import LifecycleConfig
 
 FAST = LifecycleConfig(start_delay=0.05, ready_delay=0.05)
+
+
+EventWaiter = Callable[[set[tuple[str, str]]], set[tuple[str, str]]]
+
+
+@pytest.fixture
+def wait_for_events(cluster: EmbeddedCluster) -> EventWaiter:
+    """Wait until Events with these (object name, reason) pairs exist in `default`; returns every pair seen.
+
+    kopf posts Events from a background queue, so they can land after the status write a test
+    waited for.
+    """
+
+    def wait(wanted: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        seen: set[tuple[str, str]] = set()
+
+        def posted() -> bool:
+            seen.clear()
+            seen.update((e["involvedObject"]["name"], e["reason"]) for e in cluster.events("default"))
+            return wanted <= seen
+
+        try:
+            cluster.wait_for(posted, timeout=10.0)
+        except TimeoutError:
+            pytest.fail(f"Events {sorted(wanted - seen)} not posted within 10 s; posted: {sorted(seen)}")
+        return seen
+
+    return wait
 
 
 @pytest.fixture

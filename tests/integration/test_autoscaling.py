@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -59,7 +59,10 @@ def status(cluster: EmbeddedCluster, kind: str, name: str) -> dict[str, Any]:
 
 
 def test_replicas_follow_load_and_hold_without_metrics(
-    cluster: EmbeddedCluster, source: SimulatedSource, start_operator: type[OperatorThread]
+    cluster: EmbeddedCluster,
+    source: SimulatedSource,
+    start_operator: type[OperatorThread],
+    wait_for_events: Callable[[set[tuple[str, str]]], set[tuple[str, str]]],
 ) -> None:
     load = {"value": 60.0}
     dcgm = SmActiveSimulator(cluster, source, interval=0.1)
@@ -77,7 +80,7 @@ def test_replicas_follow_load_and_hold_without_metrics(
         cluster.wait_for(lambda: status(cluster, "RankingService", "ranker").get("desiredReplicas") == 6, timeout=10)
         st = status(cluster, "RankingService", "ranker")
         assert st["desiredReplicas"] == 6 and st["lastScaleReason"]
-        assert any(e["reason"] == "Scaled" for e in cluster.events("default"))
+        wait_for_events({("ranker", "Scaled")})
 
         load["value"] = 60.0
         cluster.wait_for(lambda: deployment_replicas(cluster, "ranker-server") <= 2, timeout=40)

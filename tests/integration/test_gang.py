@@ -4,6 +4,7 @@ restarted from checkpoint after a node dies, suspended and resumed, and explaine
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,17 +49,15 @@ def env(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
 
 
-def events(cluster: EmbeddedCluster, name: str) -> list[str]:
-    return [e["reason"] for e in cluster.events("default") if e["involvedObject"]["name"] == name]
-
-
 def condition(cluster: EmbeddedCluster, name: str, type_: str) -> dict[str, Any]:
     conds = (get(cluster, name).get("status") or {}).get("conditions", [])
     return next((c for c in conds if c["type"] == type_), {})
 
 
 def test_gang_is_placed_gated_ungated_and_ranks_follow_placement(
-    cluster: EmbeddedCluster, operator: OperatorThread
+    cluster: EmbeddedCluster,
+    operator: OperatorThread,
+    wait_for_events: Callable[[set[tuple[str, str]]], set[tuple[str, str]]],
 ) -> None:
     cluster.apply(job())
     cluster.wait_for(lambda: phase(cluster, "pretrain") == "Running", timeout=30)
@@ -79,11 +78,13 @@ def test_gang_is_placed_gated_ungated_and_ranks_follow_placement(
     assert {env(p)["GEM_EMBEDDING_SHARDING_GROUP"] for p in running} == {"32"}
     rankmap = json.loads(cluster.get("v1", "ConfigMap", "pretrain-config", "default")["data"]["rankmap.json"])
     assert [n["node"] for n in rankmap["nodes"]] == planned
-    assert {"Placed", "Ungated"} <= set(events(cluster, "pretrain"))
+    wait_for_events({("pretrain", "Placed"), ("pretrain", "Ungated")})
 
 
 def test_node_failure_replaces_away_from_it_and_resumes_from_checkpoint(
-    cluster: EmbeddedCluster, operator: OperatorThread
+    cluster: EmbeddedCluster,
+    operator: OperatorThread,
+    wait_for_events: Callable[[set[tuple[str, str]]], set[tuple[str, str]]],
 ) -> None:
     cluster.apply(job())
     cluster.wait_for(lambda: phase(cluster, "pretrain") == "Running", timeout=30)
@@ -97,7 +98,7 @@ def test_node_failure_replaces_away_from_it_and_resumes_from_checkpoint(
     victim = pods(cluster, "pretrain")[2]["spec"]["nodeName"]
     cluster.fail_node(victim)
     cluster.wait_for(lambda: (get(cluster, "pretrain").get("status") or {}).get("restarts") == 2, timeout=30)
-    assert "Restarting" in events(cluster, "pretrain")
+    wait_for_events({("pretrain", "Restarting")})
     cluster.wait_for(lambda: phase(cluster, "pretrain") == "Running", timeout=30)
     status = get(cluster, "pretrain")["status"]
     assert victim not in status["placement"]["nodes"] and victim in status["excludedNodes"]
@@ -148,11 +149,15 @@ def test_suspend_and_resume(cluster: EmbeddedCluster, operator: OperatorThread) 
     assert len(pods(cluster, "pretrain")) == 4
 
 
-def test_impossible_job_is_explained_and_creates_nothing(cluster: EmbeddedCluster, operator: OperatorThread) -> None:
+def test_impossible_job_is_explained_and_creates_nothing(
+    cluster: EmbeddedCluster,
+    operator: OperatorThread,
+    wait_for_events: Callable[[set[tuple[str, str]]], set[tuple[str, str]]],
+) -> None:
     cluster.apply(job("huge", parallelism={"dpReplicate": 40, "tp": 8}))  # 320 GPUs on a 256-GPU fleet
     cluster.wait_for(lambda: condition(cluster, "huge", "Placed").get("reason") == "Unschedulable", timeout=30)
     message = condition(cluster, "huge", "Placed")["message"]
     assert "40 hosts" in message and "8 free GPUs" in message
     assert phase(cluster, "huge") == "Pending"
     assert pods(cluster, "huge") == []
-    assert "PlacementFailed" in events(cluster, "huge")
+    wait_for_events({("huge", "PlacementFailed")})

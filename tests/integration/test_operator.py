@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,11 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
 
 
-def test_samples_reconcile_to_children_and_ready_status(cluster: EmbeddedCluster, operator: OperatorThread) -> None:
+def test_samples_reconcile_to_children_and_ready_status(
+    cluster: EmbeddedCluster,
+    operator: OperatorThread,
+    wait_for_events: Callable[[set[tuple[str, str]]], set[tuple[str, str]]],
+) -> None:
     for name in ("gemtraining", "rankingservice", "solarisprecompute"):
         cluster.apply(sample(name))
 
@@ -85,8 +90,7 @@ def test_samples_reconcile_to_children_and_ready_status(cluster: EmbeddedCluster
     (pdeploy,) = children(cluster, "apps/v1", "Deployment", "ads-precompute")
     assert pdeploy["spec"]["replicas"] == 1
 
-    reasons = {(e["involvedObject"]["name"], e["reason"]) for e in cluster.events("default")}
-    assert {("gem-pretrain", "ChildrenCreated"), ("ads-ranker", "ChildrenCreated")} <= reasons
+    wait_for_events({("gem-pretrain", "ChildrenCreated"), ("ads-ranker", "ChildrenCreated")})
 
 
 def test_spec_change_patches_children(cluster: EmbeddedCluster, operator: OperatorThread) -> None:
