@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import aiohttp
 
 from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, PrometheusSource, QueueSignal
-from gem_operator.autoscaling.policy import MetricReading, PodSample, PrecomputeSignals
+from gem_operator.autoscaling.observation import MetricReading, PodSample, PrecomputeSignals
 
 # Scrape time of every raw SM-active series behind DEFAULT_SM_QUERY.
 DEFAULT_SM_TIMESTAMP_QUERY = (

@@ -1,0 +1,51 @@
+"""The autoscaler's memory between syncs (`ScalerState`): a plain value with `to_dict` / `from_dict`.
+
+The controller keeps it in `status.scalerState` (JSON), so a restarted operator resumes its
+windows and what the SLO feedback learned; the replay keeps it in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ScalerState:
+    """History carried between syncs; a plain value (see `to_dict` / `from_dict`).
+
+    recommendations: (time, replicas) per sync with a usable signal (stabilisation windows).
+    events: (time, delta) per applied change (rate policies).
+    backlog_empty_since: when the precompute backlog was last seen becoming empty.
+    queue: (time, mean queued seconds per Ready pod) at the last sync with a queue reading; the
+        next sync turns the change into a growth rate (how far arrivals exceed capacity).
+    """
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    events: tuple[tuple[float, int], ...] = ()
+    backlog_empty_since: float | None = None
+    queue: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recommendations": [[t, n] for t, n in self.recommendations],
+            "events": [[t, d] for t, d in self.events],
+            "backlogEmptySince": self.backlog_empty_since,
+            "queue": None if self.queue is None else list(self.queue),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ScalerState:
+        """Parse `to_dict` output; anything malformed yields a fresh state (safe: it only forgets)."""
+        if not data:
+            return cls()
+        try:
+            recs = tuple((float(t), int(n)) for t, n in data.get("recommendations", []))
+            events = tuple((float(t), int(d)) for t, d in data.get("events", []))
+            since = data.get("backlogEmptySince")
+            q = data.get("queue")
+            queue = None if q is None else (float(q[0]), float(q[1]))
+            return cls(recs, events, None if since is None else float(since), queue)
+        except (TypeError, ValueError):
+            return cls()
