@@ -36,6 +36,24 @@ class MetricReading:
 
 
 @dataclass(frozen=True)
+class LatencyReading:
+    """The pool's p99 latency (ms) and when it was measured, or why there is none.
+
+    One value per pool (the default query aggregates the histogram over the service's pods).
+    `error` set, or `p99_ms` None, means unavailable: the SLO feedback then holds, and an
+    unavailable latency never counts as a low one.
+    """
+
+    p99_ms: float | None = None
+    timestamp: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def unavailable(cls, error: str) -> LatencyReading:
+        return cls(error=error)
+
+
+@dataclass(frozen=True)
 class PodState:
     """A pod of the pool as the controller sees it."""
 
@@ -70,6 +88,8 @@ class Observation:
     free_gpus: int | None = None
     precompute: PrecomputeSignals | None = None
     queue: MetricReading | None = None  # seconds of queued work per pod (`metrics.queue`); None: not read
+    latency: LatencyReading | None = None  # the pool's p99 (`metrics.latency`); None: not read (SM path only)
+    panic_metrics: MetricReading | None = None  # SM active over `panic.windowSeconds`; None: use `metrics`
 
 
 # A pod condition (e.g. set through a readiness gate) saying the model is on local disk and loaded.

@@ -1,8 +1,15 @@
 """The scaling decision: HPA's algorithm plus what a GPU fleet needs. Pure: no I/O, no clock.
 
-`desired_replicas(spec, state, observation, now)` is called once per sync (15 s by default) by
-the controller and, with simulated time, by the replay. Steps, in order:
+`desired_replicas(spec, state, observation, now, slo_p99_ms=...)` is called once per sync (15 s
+by default) by the controller and, with simulated time, by the replay (and so by every driver of
+either). Steps, in order:
 
+0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
+   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, not
+   while ordered pods are still starting, never below `minTargetFraction` = 0.5 of it) while the
+   observed p99 (`Observation.latency`) is over `spec.slo.p99LatencyMs`, and creeps back 5 % of
+   `targetSmActive` per 600 s with p99 <= 0.8 x SLO. It lives in `ScalerState`. Without a
+   latency reading it holds (a fresh state: exactly `targetSmActive`).
 1. **Signal.** Only pods that are Ready *and* have finished loading the model count. Their
    fresh SM-active samples (younger than `metrics.staleAfterSeconds`) give the ratio
    `metric / target`. Inside the tolerance band (per direction) nothing changes. Above it,
@@ -30,6 +37,10 @@ the controller and, with simulated time, by the replay. Steps, in order:
    against the replicas at the start of its period (recorded scale events).
 6. **Free GPUs:** scale-up is capped at `current + free_gpus // gpusPerReplica` (minus pods
    still waiting for a node).
+   **Panic** (`panic.py`, `spec.autoscaling.panic`, off by default): when the short window's
+   recommendation is >= 2x the Ready pods it is applied at once (no up window, no rate policy).
+   **No scale-down** while panicking or while a fresh p99 is over the SLO (`ScalingLimited`
+   reasons `Panic` / `LatencyOverSlo`).
 7. **Bounds:** `minReplicas..maxReplicas`. A RankingService keeps its last replica (SM active
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero
    through the scale subresource).
@@ -51,6 +62,7 @@ from gem_operator.api.common import Condition, set_condition
 from gem_operator.api.serving import PrecomputeAutoscalingSpec
 from gem_operator.autoscaling.observation import (
     MODEL_LOADED_CONDITION,
+    LatencyReading,
     MetricReading,
     Observation,
     PodSample,
@@ -58,7 +70,9 @@ from gem_operator.autoscaling.observation import (
     PrecomputeSignals,
     pod_states,
 )
+from gem_operator.autoscaling.panic import panic_step
 from gem_operator.autoscaling.signals import SATURATED_SM_ACTIVE, ceil_, sm_signal
+from gem_operator.autoscaling.slo import slo_step
 from gem_operator.autoscaling.state import ScalerState
 
 # Scaling condition types (status.conditions[].type).
@@ -100,6 +114,9 @@ class Decision:
     metric_value: float | None = None
     metric_timestamp: float | None = None
     signals: Mapping[str, float] = field(default_factory=dict)
+    effective_target: float | None = None  # SM target scaled on (targetSmActive after the SLO feedback)
+    p99_ms: float | None = None  # the fresh p99 the SLO feedback read, if any
+    panicking: bool = False
 
     @property
     def direction(self) -> Direction:
@@ -168,10 +185,17 @@ def desired_replicas(
     now: float,
     *,
     saturation: float | None = SATURATED_SM_ACTIVE,
+    slo_p99_ms: float | None = None,
 ) -> Decision:
     """One sync of the autoscaler. Pure: the same inputs give the same Decision (and new state).
 
     `saturation`: mean SM active at which pods count as saturated (None: the plain HPA ratio).
+    `slo_p99_ms`: the service's `spec.slo.p99LatencyMs`; with `observation.latency` it drives the
+    SLO feedback (`slo.py`). Either missing: the effective target stays where the state has it
+    (`targetSmActive` for a fresh state) and nothing else changes.
+
+    This is the one entry point every driver calls: the operator's controller, `gemop replay`,
+    `gemop demo` (through the operator) and the closed-loop load test. Keep its signature.
     """
     obs = observation
     current = max(0, obs.current_replicas)
@@ -181,7 +205,9 @@ def desired_replicas(
     events = tuple((t, d) for t, d in state.events if t > horizon)
     empty_since = state.backlog_empty_since
 
-    sig = sm_signal(spec, obs, now, saturation, state.queue)
+    slo = slo_step(spec, state, obs, slo_p99_ms, now)
+    sig = sm_signal(spec, obs, now, saturation, state.queue, target=slo.target)
+    pan = panic_step(spec, state, obs, now, slo.target, saturation)
     signals: dict[str, float] = {}
     if sig.recommendation is not None:
         signals["smActive"] = float(sig.recommendation)
@@ -267,13 +293,25 @@ def desired_replicas(
                 stabilised = down_rec
             if stabilised != rec:
                 message += f"; stabilised to {stabilised}"
+    if slo.message:
+        message += f"; {slo.message}"
+
+    # Panic: the short window's recommendation applies at once (no up window, no rate policy).
+    panic_up = False
+    if pan.panicking and not yielding and not held:
+        want = max(stabilised, current, pan.recommendation or 0)
+        if want > stabilised:
+            reason = "Panic"
+        message += f"; {pan.message}"
+        panic_up = want > current
+        stabilised = want
 
     # Rate policies.
     limited: tuple[bool, str, str] = (False, "DesiredWithinRange", "the desired count is within range")
     desired = stabilised
     if desired > current:
         up_limit = _rate_limits(spec.policies.scale_up, events, now, current, up=True)
-        if desired > up_limit:
+        if desired > up_limit and not panic_up:
             limited = (
                 True,
                 "ScaleUpLimit",
@@ -292,6 +330,12 @@ def desired_replicas(
                     f"allow {gpu_cap} replicas (wanted {desired})",
                 )
                 desired = max(current, gpu_cap)
+    elif desired < current and not yielding and (pan.panicking or slo.over_slo):
+        # An over-SLO p99 or a panic blocks scale-down: the pool is short of capacity, not idle.
+        why = pan.message if pan.panicking else slo.message
+        limited = (True, "Panic" if pan.panicking else "LatencyOverSlo", f"no scale-down (wanted {desired}): {why}")
+        message += f"; no scale-down to {desired}"
+        desired = current
     elif desired < current:
         down_limit = _rate_limits(spec.policies.scale_down, events, now, current, up=False)
         if desired < down_limit:
@@ -331,7 +375,18 @@ def desired_replicas(
     else:
         active = (True, "ValidMetricsFound" if sig.recommendation is not None else reason, message)
 
-    new_state = replace(state, recommendations=recs, events=events, backlog_empty_since=empty_since, queue=sig.queue)
+    learned = slo.target if state.effective_target is not None or slo.target != spec.target_sm_active else None
+    new_state = replace(
+        state,
+        recommendations=recs,
+        events=events,
+        backlog_empty_since=empty_since,
+        queue=sig.queue,
+        effective_target=learned,
+        slo_good_since=slo.good_since,
+        slo_last_decrease=slo.last_decrease,
+        panic_until=pan.until,
+    )
     return Decision(
         desired_replicas=desired,
         current_replicas=current,
@@ -343,6 +398,9 @@ def desired_replicas(
         metric_value=sig.metric_value,
         metric_timestamp=sig.metric_timestamp,
         signals=signals,
+        effective_target=slo.target,
+        p99_ms=slo.p99_ms,
+        panicking=pan.panicking,
     )
 
 
@@ -375,6 +433,7 @@ __all__ = [
     "SCALING_LIMITED",
     "ConditionValue",
     "Decision",
+    "LatencyReading",
     "MetricReading",
     "Observation",
     "PodSample",

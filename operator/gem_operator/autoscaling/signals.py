@@ -42,10 +42,14 @@ def sm_signal(
     now: float,
     saturation: float | None,
     last_queue: tuple[float, float] | None = None,
+    target: float | None = None,
+    reading: MetricReading | None = None,
 ) -> Signal:
+    """The SM-active recommendation. `target` replaces `targetSmActive` (the SLO feedback's
+    effective target); `reading` replaces `obs.metrics` (the panic window's samples)."""
     current = obs.current_replicas
     serving = [p.name for p in obs.pods if p.serving]
-    reading = obs.metrics
+    reading = obs.metrics if reading is None else reading
     if reading.error is not None:
         return Signal(
             None,
@@ -76,7 +80,7 @@ def sm_signal(
         msg = f"newest sample is {now - newest:.0f}s old (staleAfterSeconds={stale_after})"
         return Signal(None, "MetricsUnavailable", msg, metrics_problem=msg, metrics_reason="MetricsStale")
 
-    target = spec.target_sm_active
+    target = spec.target_sm_active if target is None else target
     values = [max(0.0, s.value) for s in fresh.values()]
     sm_usage = sum(values)
     sm_avg = sm_usage / len(values)
