@@ -299,8 +299,8 @@ def desired_replicas(
     # Panic: the short window's recommendation applies at once (no up window, no rate policy).
     panic_up = False
     if pan.panicking and not yielding and not held:
-        want = max(stabilised, current, pan.recommendation or 0)
-        if want > stabilised:
+        want = max(stabilised, pan.recommendation or 0)
+        if want > stabilised and want > current:
             reason = "Panic"
         message += f"; {pan.message}"
         panic_up = want > current
