@@ -1,30 +1,25 @@
 """Replay a request trace against the autoscaling policy on simulated time, with baselines.
 
-    gemop replay --trace TRACE --service RANKINGSERVICE.yaml [--scale X] [--profile FILE.json]
+    gemop replay --trace TRACE --service RANKINGSERVICE.yaml [--scale X]
+                 [--scale-mode independent|duplicate] [--profile FILE.json]
                  [--output table|json] [--plot FILE.png]
 
-TRACE is either
-- CSV with a `TIMESTAMP` column (date-time like `2023-11-16 18:17:03.97996`, or seconds),
-  one row per request; `--cost-column NAME` weights each request by that numeric column,
-  normalised to mean 1 (so a cost unit is an average request), or
-- JSONL, one object per line: `{"t": seconds, "cost": number}`; optional `"count"` is the
-  number of requests the line stands for (default 1; `cost` defaults to `count`), so a
-  pre-aggregated trace may hold one line per second.
+TRACE: CSV with a `TIMESTAMP` column or JSONL `{"t", "cost", "count"}` (see `traces.py`).
+Arrivals are binned per second and scaled by `--scale`, keeping the time axis (pod start-up and
+stabilisation windows stay realistic). What X times the load means is `--scale-mode`
+(`traces.to_series`):
 
-Arrivals are binned per second, multiplied by `--scale` (the time axis is kept, so pod
-start-up and stabilisation windows stay realistic) and smoothed with a centred moving average
-(`smooth_seconds`, default 10 s): scaling one arrival into X simultaneous requests would
-otherwise turn sampling noise into load spikes no real aggregate stream has.
+- `independent` (default): X times as many users, each copy of the trace's arrival process
+  independent of the others: the trace's trend (a centred 300 s mean, `--trend-seconds`) grows
+  X-fold, its fluctuations around the trend sqrt(X)-fold, as for a sum of X independent copies.
+  A Poisson trace at 5 req/s scaled 100x then swings +-4 % per second, as Poisson at 500 req/s does.
+- `duplicate`: every request stands for X requests in the same second, so bursts and sampling
+  noise grow X-fold (the same trace swings +-45 % per second), smoothed by a centred 10 s mean
+  (`--smooth-seconds`). The pessimistic reading: all extra users move together.
 
-What `--scale X` assumes: every request of the trace stands for X requests arriving in the same
-second, so the trace's bursts grow X-fold with it (all extra users move together). That is the
-pessimistic reading; X times more *independent* users would add their fluctuations in variance,
-not amplitude. For the shipped Azure trace the difference is not sampling noise: its counts have
-13x / 71x / 160x the variance Poisson arrivals at its mean rate would have over 1 s / 10 s /
-60 s (on/off bursts of 10-60 requests/s separated by idle minutes), and after the 10 s smoothing
-Poisson noise is about 2.5 % of the variance left. Shrinking the bursts by sqrt(X) would thus be
-a claim about who sends them, which the trace cannot tell; the replay keeps them, and every pool
-sees the same series.
+The report header names the mode. Minutes before the first scaling decision can take effect
+(first sync + pod start + model load: 3 minutes with the defaults) are warm-up: their SLO
+violations are reported apart, and the violation share is over the minutes after them.
 
 Every simulated second each pool serves the load through the service model
 (`service_model.py`); every `sync_seconds` (15 s) its autoscaler decides. Three pools see the
@@ -33,7 +28,11 @@ same load:
 - `policy`: `policy.desired_replicas` with the RankingService's `spec.autoscaling`, fed the
   mean SM active of each Ready pod over the last sync interval and, when `metrics.queue` is
   enabled, the queued seconds of work per Ready pod at the sync (the server's queue gauge over
-  its completion rate; in the model, the fluid queue over the Ready capacity).
+  its completion rate; in the model, the fluid queue over the Ready capacity). With
+  `metrics.latency` enabled it also gets the pool's p99 over the last 60 s (the request-weighted
+  99th percentile of the model's per-second p99, what the default histogram query reads) and
+  `spec.slo`, so the SLO feedback runs as in the operator; with `panic` enabled, SM active over
+  the panic window.
 - `hpa_rps`: the same HPA algorithm and settings (without the saturation rule, which is about
   a bounded signal, and without the queue signal) fed requests/s per Ready pod -- the arrival
   rate, a request count blind to request cost -- with the target set to what the SM target
@@ -55,12 +54,13 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.policy import (
+    LatencyReading,
     MetricReading,
     Observation,
     PodSample,
@@ -71,7 +71,17 @@ from gem_operator.autoscaling.policy import (
 from gem_operator.autoscaling.replay_plot import plot_report
 from gem_operator.autoscaling.report import HPA_RPS, POLICY, POOLS, STATIC_PEAK, PoolResult, ReplayReport
 from gem_operator.autoscaling.service_model import Pool, ProfileError, ServiceModel, weighted_quantile
-from gem_operator.autoscaling.traces import Arrivals, LoadSeries, TraceError, load_service, load_trace, to_series
+from gem_operator.autoscaling.traces import (
+    SCALE_MODES,
+    TREND_SECONDS,
+    Arrivals,
+    LoadSeries,
+    ScaleMode,
+    TraceError,
+    load_service,
+    load_trace,
+    to_series,
+)
 
 Decide = Callable[[float, Pool, "Window"], int]
 
@@ -82,6 +92,15 @@ class Window:
 
     sm: list[float]
     requests: list[float]
+    p99: list[float] = field(default_factory=list)
+
+    def p99_over(self, since: int, until: int) -> float | None:
+        """Request-weighted p99 over [since, until): what `histogram_quantile(0.99, rate(...[1m]))` reads."""
+        lo = max(0, since)
+        values, weights = self.p99[lo:until], self.requests[lo:until]
+        if not values or sum(weights) <= 0:
+            return None
+        return weighted_quantile(values, weights[: len(values)], 0.99)
 
     def mean(self, which: Literal["sm", "requests"], since: int, until: int) -> float:
         seq = self.sm if which == "sm" else self.requests
@@ -96,6 +115,8 @@ def _observation(
     gpus: int,
     free_gpus: int | None,
     queue_seconds: float | None = None,
+    latency: LatencyReading | None = None,
+    panic_per_pod: float | None = None,
 ) -> Observation:
     ready = pool.ready_pods(now)
     pods = [PodState(name=f"pod-{i}", ready=r, model_loaded=r) for i, r in enumerate(ready)]
@@ -107,6 +128,9 @@ def _observation(
     if queue_seconds is not None:
         queue = MetricReading(samples={p.name: PodSample(queue_seconds, now) for p in pods if p.serving})
     free = None if free_gpus is None else max(0, free_gpus - len(pool.created) * gpus)
+    panic = None
+    if panic_per_pod is not None:
+        panic = MetricReading(samples={p.name: PodSample(panic_per_pod, now) for p in pods if p.serving})
     return Observation(
         current_replicas=len(pool.created),
         pods=pods,
@@ -114,7 +138,18 @@ def _observation(
         gpus_per_replica=gpus,
         free_gpus=free,
         queue=queue,
+        latency=latency,
+        panic_metrics=panic,
     )
+
+
+# The latency query's window (`rate(...[1m])` in metrics.latency's default).
+LATENCY_WINDOW_SECONDS = 60
+
+
+def warmup_minutes(model: ServiceModel, sync_seconds: float, minutes: int) -> int:
+    """Minutes before the first scaling decision can take effect: first sync + pod start + model load."""
+    return min(minutes, math.ceil((max(1, round(sync_seconds)) + model.startup_seconds) / 60 - 1e-9))
 
 
 def simulate(
@@ -128,11 +163,15 @@ def simulate(
     sync_seconds: float = 15.0,
     cluster_gpus: int | None = None,
     rps_utilisation: float | None = None,
+    scale_mode: str = "independent",
+    spec_override: RankingServiceSpec | None = None,
 ) -> ReplayReport:
     """Run the three pools over `load` (per-second series) and collect the report.
 
     `rps_utilisation` replaces the RPS baseline's target utilisation (default: the one the SM
-    target means), so a benchmark can compare the two at equal GPU-hours.
+    target means), so a benchmark can compare the two at equal GPU-hours. `scale_mode` only labels
+    the report (the series is already scaled). `spec_override` runs the policy pool with another
+    spec (e.g. panic mode on) while the baselines keep `spec`.
     """
     a = spec.autoscaling
     seconds = load.seconds
@@ -148,17 +187,30 @@ def simulate(
     start_n = min(a.max_replicas, max(a.min_replicas, math.ceil(minute_load[0] / per_replica_at_target - 1e-9)))
     sync_every = max(1, round(sync_seconds))
     gpus = spec.gpus_per_replica
+    warmup = warmup_minutes(model, sync_seconds, minutes)
+    pa = (spec_override or spec).autoscaling
+    slo_ms = spec.slo.p99_latency_ms
+    targets: list[tuple[float, float]] = []
 
     def sm_rule(state_box: list[ScalerState]) -> Decide:
         def decide(now: float, pool: Pool, win: Window) -> int:
             t = int(now)
-            per_pod = win.mean("sm", t - sync_every, t) if pool.ready_count(now) else None
+            serving = pool.ready_count(now)
+            per_pod = win.mean("sm", t - sync_every, t) if serving else None
             # The ranking server's queue gauge over its completion rate: seconds of queued work per
             # pod, as scraped at the sync (the fluid queue is spread evenly over the Ready pods).
-            queue_s = pool.queue_seconds(now) if a.metrics.queue.enabled else None
-            obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s)
-            d = desired_replicas(a, state_box[0], obs, now)
+            queue_s = pool.queue_seconds(now) if pa.metrics.queue.enabled else None
+            latency = None
+            if pa.metrics.latency.enabled:
+                p99 = win.p99_over(t - LATENCY_WINDOW_SECONDS, t) if serving else None
+                latency = LatencyReading(p99, now) if p99 is not None else LatencyReading.unavailable("no requests")
+            panic = None
+            if pa.panic.enabled and serving:
+                panic = win.mean("sm", t - pa.panic.window_seconds, t)
+            obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s, latency, panic)
+            d = desired_replicas(pa, state_box[0], obs, now, slo_p99_ms=slo_ms)
             state_box[0] = d.state
+            targets.append((now, d.effective_target or pa.target_sm_active))
             return d.desired_replicas
 
         return decide
@@ -196,7 +248,13 @@ def simulate(
     }
     results: dict[str, PoolResult] = {}
     for name, (decide, initial) in rules.items():
-        results[name] = run_pool(name, decide, initial, cost, reqs, model, sync_every, spec.slo.p99_latency_ms, gpus)
+        results[name] = run_pool(
+            name, decide, initial, cost, reqs, model, sync_every, slo_ms, gpus, warmup_minutes=warmup
+        )
+    per_minute: list[float | None] = [None] * minutes
+    for when, target in targets:
+        per_minute[min(minutes - 1, int(when // 60))] = target
+    results[POLICY].effective_target_per_minute = per_minute
     return ReplayReport(
         duration_seconds=seconds,
         slo_ms=spec.slo.p99_latency_ms,
@@ -207,6 +265,8 @@ def simulate(
         load_per_minute=minute_load,
         requests_per_minute=minute_reqs,
         results=results,
+        scale_mode=scale_mode,
+        warmup_minutes=warmup,
     )
 
 
@@ -220,8 +280,13 @@ def run_pool(
     sync_every: int,
     slo_ms: float,
     gpus: int,
+    *,
+    warmup_minutes: int = 0,
 ) -> PoolResult:
-    """Serve `cost` second by second with one pool; `decide` (None: fixed size) is called every sync."""
+    """Serve `cost` second by second with one pool; `decide` (None: fixed size) is called every sync.
+
+    Minutes before `warmup_minutes` are counted apart (`warmup_violation_minutes`).
+    """
     pool = Pool(model)
     pool.created = [-model.startup_seconds] * initial  # warm: ready at t=0
     win = Window(sm=[], requests=reqs)
@@ -238,6 +303,7 @@ def run_pool(
                 events.append((now, before, n, "up" if n > before else "down"))
         _, sm, p99 = pool.step(cost[t], now, 1.0)
         win.sm.append(sm)
+        win.p99.append(p99)
         p99s.append(p99)
         reps.append(len(pool.created))
     minutes = max(1, math.ceil(len(cost) / 60))
@@ -245,6 +311,7 @@ def run_pool(
     rep_min: list[float] = []
     sm_min: list[float] = []
     violations = 0
+    warm_violations = 0
     for m in range(minutes):
         sl = slice(m * 60, (m + 1) * 60)
         weights = cost[sl]
@@ -252,7 +319,10 @@ def run_pool(
             q = weighted_quantile(p99s[sl], weights, 0.99)
             p99_min.append(q)
             if q > slo_ms:
-                violations += 1
+                if m < warmup_minutes:
+                    warm_violations += 1
+                else:
+                    violations += 1
         else:
             p99_min.append(None)
         rep_min.append(sum(reps[sl]) / len(reps[sl]))
@@ -271,6 +341,8 @@ def run_pool(
         p99_ms_per_minute=p99_min,
         sm_active_per_minute=sm_min,
         events=events,
+        warmup_violation_minutes=warm_violations,
+        judged_minutes=max(0, minutes - warmup_minutes),
     )
 
 
@@ -287,12 +359,16 @@ def run_replay(
     sync_seconds: float = 15.0,
     smooth_seconds: float = 10.0,
     cluster_gpus: int | None = None,
+    scale_mode: ScaleMode = "independent",
+    trend_seconds: float = TREND_SECONDS,
 ) -> ReplayReport:
     """Replay `trace` against the RankingService in `service`. Raises TraceError / ProfileError."""
     name, spec = load_service(service)
     model = ServiceModel.load(profile) if profile is not None else ServiceModel()
     arrivals = load_trace(trace, cost_column)
-    series = to_series(arrivals, scale=scale, smooth_seconds=smooth_seconds)
+    series = to_series(
+        arrivals, scale=scale, smooth_seconds=smooth_seconds, mode=scale_mode, trend_seconds=trend_seconds
+    )
     return simulate(
         series,
         spec,
@@ -302,6 +378,7 @@ def run_replay(
         scale=scale,
         sync_seconds=sync_seconds,
         cluster_gpus=cluster_gpus,
+        scale_mode=scale_mode,
     )
 
 
@@ -310,12 +387,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", required=True, help='CSV with a TIMESTAMP column, or JSONL {"t", "cost"}')
     p.add_argument("--service", required=True, help="RankingService manifest (YAML)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the load, keeping the time axis")
+    p.add_argument(
+        "--scale-mode",
+        choices=SCALE_MODES,
+        default="independent",
+        help="independent (default): X times as many independent users, fluctuations add in variance; "
+        "duplicate: every request stands for X in the same second, bursts grow X-fold",
+    )
+    p.add_argument(
+        "--trend-seconds",
+        type=float,
+        default=TREND_SECONDS,
+        help="independent mode: window of the trend all users share (default 300)",
+    )
     p.add_argument("--profile", help="JSON service profile replacing the model's defaults")
     p.add_argument("--cost-column", help="CSV column that weights each request's cost")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", help="write a PNG to this path")
     p.add_argument("--sync-seconds", type=float, default=15.0, help="autoscaler period (default 15)")
-    p.add_argument("--smooth-seconds", type=float, default=10.0, help="moving average of the load (default 10)")
+    p.add_argument(
+        "--smooth-seconds", type=float, default=10.0, help="duplicate mode: moving average of the load (default 10)"
+    )
     p.add_argument("--cluster-gpus", type=int, help="GPUs in the cluster (caps scale-up); default unlimited")
     return p
 
@@ -333,6 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sync_seconds=args.sync_seconds,
             smooth_seconds=args.smooth_seconds,
             cluster_gpus=args.cluster_gpus,
+            scale_mode=args.scale_mode,
+            trend_seconds=args.trend_seconds,
         )
     except (TraceError, ProfileError) as exc:
         print(f"gemop replay: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -203,24 +203,91 @@ def _moving_average(x: np.ndarray[Any, np.dtype[np.float64]], width: int) -> np.
     return out
 
 
-def to_series(arrivals: Arrivals, *, scale: float = 1.0, smooth_seconds: float = 10.0) -> LoadSeries:
-    """Bin arrivals per second from the first arrival, scale, smooth."""
+ScaleMode = Literal["independent", "duplicate"]
+SCALE_MODES: tuple[ScaleMode, ...] = ("independent", "duplicate")
+TREND_SECONDS = 300.0
+
+
+def centred_mean(x: np.ndarray[Any, np.dtype[np.float64]], width: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Centred moving average over `width` seconds, averaging only the samples that exist at the edges."""
+    n = len(x)
+    if width <= 1 or n == 0:
+        return x.astype(np.float64)
+    half = width // 2
+    csum = np.concatenate(([0.0], np.cumsum(x, dtype=np.float64)))
+    lo = np.clip(np.arange(n) - half, 0, n)
+    hi = np.clip(np.arange(n) - half + width, 0, n)
+    out: np.ndarray[Any, np.dtype[np.float64]] = (csum[hi] - csum[lo]) / (hi - lo)
+    return out
+
+
+def superpose(
+    x: np.ndarray[Any, np.dtype[np.float64]],
+    scale: float,
+    trend: np.ndarray[Any, np.dtype[np.float64]],
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Per-second sum of `scale` independent copies of a series whose common trend is `trend`.
+
+    `X * trend + sqrt(X) * (x - trend)`: the mean grows X-fold, the fluctuations around it (with
+    their time structure: a burst that lasts 20 s still lasts 20 s) grow in variance, sqrt(X) in
+    amplitude, as a sum of X independent copies does (the central limit theorem's scaling; for a
+    Poisson trace exactly Poisson(X * rate)'s mean and variance). Never negative for X >= 1; for
+    X < 1 it is thinning in expectation, `X * x`.
+    """
+    if scale <= 1:
+        return np.asarray(x * scale, dtype=np.float64)
+    out: np.ndarray[Any, np.dtype[np.float64]] = np.maximum(0.0, scale * trend + math.sqrt(scale) * (x - trend))
+    return out
+
+
+def to_series(
+    arrivals: Arrivals,
+    *,
+    scale: float = 1.0,
+    smooth_seconds: float = 10.0,
+    mode: ScaleMode = "independent",
+    trend_seconds: float = TREND_SECONDS,
+    trend: np.ndarray[Any, np.dtype[np.float64]] | None = None,
+) -> LoadSeries:
+    """Bin arrivals per second from the first arrival and scale them by `scale` (`--scale-mode`).
+
+    - `independent` (default: X times as many users): each second is the sum of X independent
+      copies of the trace's arrival process (`superpose`). What is common to every copy is the
+      trace's trend, a centred `trend_seconds` (300 s) moving average of its per-second counts
+      and costs (or `trend`, the per-second intensity of a synthetic trace, when the caller knows
+      it): diurnal swings, ramps and events that last minutes move all users together; faster
+      fluctuations are each copy's own and add in variance. No further smoothing: the copies'
+      noise is the per-second noise the aggregate stream has.
+    - `duplicate` (the replay's earlier meaning): every request stands for X requests in the same
+      second, so bursts and sampling noise grow X-fold, then a centred `smooth_seconds` (10 s)
+      moving average (X-fold sampling noise would otherwise be spikes no aggregate stream has).
+    """
     if scale <= 0 or not math.isfinite(scale):
         raise TraceError(f"--scale must be a positive number, got {scale}")
+    if mode not in SCALE_MODES:
+        raise TraceError(f"--scale-mode must be one of {', '.join(SCALE_MODES)}, got {mode!r}")
     t0 = min(arrivals.times)
     rel = np.asarray(arrivals.times, dtype=float) - t0
     n = math.floor(float(rel.max())) + 1
     idx = np.minimum(rel.astype(int), n - 1)
-    cost = np.asarray(
-        np.bincount(idx, weights=np.asarray(arrivals.costs, dtype=float), minlength=n) * scale,
-        dtype=np.float64,
-    )
-    reqs = np.asarray(
-        np.bincount(idx, weights=np.asarray(arrivals.counts, dtype=float), minlength=n) * scale,
-        dtype=np.float64,
-    )
-    width = max(1, round(smooth_seconds))
-    return LoadSeries(_moving_average(cost, width), _moving_average(reqs, width), name=Path(arrivals.path).name)
+    cost = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.costs, dtype=float), minlength=n), dtype=np.float64)
+    reqs = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.counts, dtype=float), minlength=n), dtype=np.float64)
+    name = Path(arrivals.path).name
+    if mode == "duplicate":
+        width = max(1, round(smooth_seconds))
+        return LoadSeries(_moving_average(cost * scale, width), _moving_average(reqs * scale, width), name=name)
+    if trend is not None:
+        if len(trend) != n:
+            raise TraceError(f"{arrivals.path}: trend has {len(trend)} seconds, the trace {n}")
+        req_trend = np.asarray(trend, dtype=np.float64)
+        # The cost trend follows the request trend at the trace's local mean cost per request.
+        w = max(1, round(trend_seconds))
+        per_request = centred_mean(cost, w) / np.maximum(centred_mean(reqs, w), 1e-12)
+        cost_trend = req_trend * per_request
+    else:
+        w = max(1, round(trend_seconds))
+        req_trend, cost_trend = centred_mean(reqs, w), centred_mean(cost, w)
+    return LoadSeries(superpose(cost, scale, cost_trend), superpose(reqs, scale, req_trend), name=name)
 
 
 # --------------------------------------------------------------------------- service
@@ -251,4 +318,16 @@ def load_service(path: str | Path) -> tuple[str, RankingServiceSpec]:
     return name, spec
 
 
-__all__ = ["Arrivals", "LoadSeries", "TraceError", "load_service", "load_trace", "to_series"]
+__all__ = [
+    "SCALE_MODES",
+    "TREND_SECONDS",
+    "Arrivals",
+    "LoadSeries",
+    "ScaleMode",
+    "TraceError",
+    "centred_mean",
+    "load_service",
+    "load_trace",
+    "superpose",
+    "to_series",
+]
