@@ -11,10 +11,10 @@ import yaml
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.replay import (
-    Arrivals,
     HPA_RPS,
     POLICY,
     STATIC_PEAK,
+    Arrivals,
     LoadSeries,
     TraceError,
     load_service,
