@@ -74,16 +74,30 @@ def test_over_slo_cuts_the_target_and_scales_up_on_it() -> None:
     assert plain.desired_replicas == 10 and plain.effective_target == pytest.approx(0.6)
 
 
-def test_at_most_one_cut_per_interval_and_none_while_capacity_starts() -> None:
+def test_at_most_one_cut_per_interval_and_none_while_overloaded() -> None:
     s = spec()
     d1 = run(s, ScalerState(), obs([0.6] * 10, p99=55.0))
     d2 = run(s, d1.state, obs([0.6] * 10, p99=55.0, now=NOW + 15), NOW + 15)
     assert d2.effective_target == pytest.approx(0.54)  # cut 15 s ago: held
     d3 = run(s, d2.state, obs([0.6] * 10, p99=55.0, now=NOW + 60), NOW + 60)
     assert d3.effective_target == pytest.approx(0.54 * 0.9)
-    # Pods still starting: their capacity is not in the p99 yet, so no cut (and no rise).
-    d4 = run(s, d3.state, obs([0.6] * 10, p99=55.0, loading=2, now=NOW + 200), NOW + 200)
-    assert d4.effective_target == pytest.approx(d3.effective_target)
+    # Pods still starting do not stop a cut (a ramp's shortfall is what the target must learn).
+    d4 = run(s, d3.state, obs([0.6] * 10, p99=55.0, loading=2, now=NOW + 120), NOW + 120)
+    assert d4.effective_target == pytest.approx(0.54 * 0.81)
+    # Overloaded (queued work): the queue sizes the pool; the target is neither cut nor raised.
+    queued = obs([0.95] * 10, p99=900.0, now=NOW + 200)
+    queued = Observation(
+        current_replicas=10,
+        pods=queued.pods,
+        metrics=queued.metrics,
+        latency=queued.latency,
+        queue=MetricReading(samples={f"p{i}": PodSample(12.0, NOW + 195) for i in range(10)}),
+    )
+    d5 = run(s, d4.state, queued, NOW + 200)
+    assert d5.effective_target == pytest.approx(d4.effective_target)
+    assert "overloaded" in d5.message and d5.desired_replicas > 10
+    saturated = run(s, d4.state, obs([0.95] * 10, p99=900.0, now=NOW + 200), NOW + 200)
+    assert saturated.effective_target == pytest.approx(d4.effective_target)
 
 
 def test_target_never_below_the_floor() -> None:
@@ -208,7 +222,7 @@ def test_property_effective_target_bounded_falls_over_slo_never_rises_then(
             cut_due = state.slo_last_decrease is None or t - state.slo_last_decrease >= (
                 s.slo_feedback.decrease_interval_seconds
             )
-            if cut_due and not loading and prev > floor + 1e-12:
+            if cut_due and max(values) < 0.9 and prev > floor + 1e-12:  # not saturated (no queue here)
                 assert target < prev  # it falls
         else:
             assert target >= prev - 1e-12  # only the over-SLO branch cuts
@@ -345,3 +359,39 @@ def test_bad_feedback_and_panic_fields_are_rejected_by_name(block: dict[str, Any
     with pytest.raises(ValidationError) as err:
         spec(**block)
     assert field in str(err.value)
+
+
+# --------------------------------------------------------------------------- the history around a backlog
+
+
+def queued_obs(sm: float, queue_s: float, n: int, loading: int = 0, now: float = NOW) -> Observation:
+    o = obs([sm] * n, loading=loading, now=now)
+    q = MetricReading(samples={f"p{i}": PodSample(queue_s, now - 1) for i in range(n)})
+    return Observation(current_replicas=n + loading, pods=o.pods, metrics=o.metrics, queue=q)
+
+
+def test_capacity_ordered_to_drain_a_backlog_is_not_held_for_the_down_window() -> None:
+    """A one-off backlog: the drain term orders capacity at once, but the down window remembers
+    what the arrivals needed, so once the backlog is gone the pool comes back to that."""
+    s = spec(targetSmActive=0.5, stabilizationSeconds={"down": 900})
+    # 10 saturated pods with 30 s of queued work each, the backlog still growing (1 s per s).
+    state = ScalerState(queue=(NOW - 15, 15.0), backlog=(NOW - 15, 150.0))
+    d = desired_replicas(s, state, queued_obs(0.95, 30.0, 10), NOW)
+    want = d.recommendation
+    assert want is not None and want >= 10 * 0.95 * (1 + 1 + 30 / 60) / 0.5 - 1
+    remembered = d.state.recommendations[-1][1]
+    # Arrivals = SM usage x (1 + growth of the total backlog per pod) = 9.5 x 2 = 19 -> 38 at 0.5.
+    assert remembered == 38 < want
+    # The backlog drains (new pods Ready, queue shrinking): arrivals are what SM shows minus the drain.
+    n = want
+    d2 = desired_replicas(s, d.state, queued_obs(0.6, 1.0, n, now=NOW + 15), NOW + 15)
+    assert d2.state.recommendations[-1][1] < n
+    # Queue gone, pods idle: the pool falls to the highest remembered need, not to the drain's count.
+    d3 = desired_replicas(s, d2.state, queued_obs(0.2, 0.0, n, now=NOW + 30), NOW + 30)
+    assert d3.desired_replicas == max(r for _, r in d3.state.recommendations) == remembered < n
+
+
+def test_without_a_queue_reading_the_history_records_the_recommendation() -> None:
+    s = spec(targetSmActive=0.5)
+    d = desired_replicas(s, ScalerState(), obs([0.95] * 4, loading=4), NOW)
+    assert d.reason == "CapacityPending" and d.state.recommendations[-1][1] == d.recommendation == 8

@@ -173,9 +173,9 @@ class SloFeedback(ApiModel):
     promise. At every sync with a fresh latency reading:
 
     - p99 > SLO: the effective target drops by `decreasePercent` (at most once per
-      `decreaseIntervalSeconds`, and not while pods it already ordered are still starting: their
-      capacity is not in the p99 yet), never below `minTargetFraction * targetSmActive`. It never
-      rises while p99 is over the SLO, and the pool does not scale down.
+      `decreaseIntervalSeconds`, and not while the pool is overloaded: queued work or saturated
+      SM, which the queue and saturation rules size), never below `minTargetFraction *
+      targetSmActive`. It never rises while p99 is over the SLO, and the pool does not scale down.
     - p99 <= `recoverBelow` * SLO for a whole `recoverSeconds`: it creeps back by `recoverPercent`
       of targetSmActive, never above targetSmActive; each step needs another whole window.
     - in between, or no fresh reading: it holds.

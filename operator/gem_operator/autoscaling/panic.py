@@ -41,7 +41,9 @@ def panic_step(
     if not pm.enabled:
         return PanicStep(False, None, None)
     ready = sum(1 for p in obs.pods if p.serving)
-    sig = sm_signal(spec, obs, now, saturation, state.queue, target=target, reading=obs.panic_metrics)
+    sig = sm_signal(
+        spec, obs, now, saturation, state.queue, target=target, reading=obs.panic_metrics, last_backlog=state.backlog
+    )
     rec = sig.recommendation
     if rec is not None and ready > 0 and rec >= pm.threshold * ready:
         until = now + pm.hold_seconds

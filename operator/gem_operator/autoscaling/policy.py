@@ -6,7 +6,7 @@ either). Steps, in order:
 
 0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
    *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, not
-   while ordered pods are still starting, never below `minTargetFraction` = 0.5 of it) while the
+   while the pool is overloaded, never below `minTargetFraction` = 0.5 of it) while the
    observed p99 (`Observation.latency`) is over `spec.slo.p99LatencyMs`, and creeps back 5 % of
    `targetSmActive` per 600 s with p99 <= 0.8 x SLO. It lives in `ScalerState`. Without a
    latency reading it holds (a fresh state: exactly `targetSmActive`).
@@ -72,7 +72,7 @@ from gem_operator.autoscaling.observation import (
 )
 from gem_operator.autoscaling.panic import panic_step
 from gem_operator.autoscaling.signals import SATURATED_SM_ACTIVE, ceil_, sm_signal
-from gem_operator.autoscaling.slo import slo_step
+from gem_operator.autoscaling.slo import effective_target, slo_step
 from gem_operator.autoscaling.state import ScalerState
 
 # Scaling condition types (status.conditions[].type).
@@ -205,8 +205,11 @@ def desired_replicas(
     events = tuple((t, d) for t, d in state.events if t > horizon)
     empty_since = state.backlog_empty_since
 
-    slo = slo_step(spec, state, obs, slo_p99_ms, now)
-    sig = sm_signal(spec, obs, now, saturation, state.queue, target=slo.target)
+    held_target = effective_target(spec, state)
+    sig = sm_signal(spec, obs, now, saturation, state.queue, target=held_target, last_backlog=state.backlog)
+    slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=sig.overloaded)
+    if slo.target != held_target:
+        sig = sm_signal(spec, obs, now, saturation, state.queue, target=slo.target, last_backlog=state.backlog)
     pan = panic_step(spec, state, obs, now, slo.target, saturation)
     signals: dict[str, float] = {}
     if sig.recommendation is not None:
@@ -278,7 +281,10 @@ def desired_replicas(
         reason = sig.reason
     else:
         if not skip_stabilisation:
-            recs = (*recs, (now, rec))
+            # Capacity ordered only to drain a backlog, or already on its way, is not held for the
+            # down window: around a backlog the history records what the arrivals need.
+            remembered = sig.steady if sig.steady is not None and rec == sig.recommendation else rec
+            recs = (*recs, (now, remembered))
         if skip_stabilisation:
             stabilised = rec
         else:
@@ -382,6 +388,7 @@ def desired_replicas(
         events=events,
         backlog_empty_since=empty_since,
         queue=sig.queue,
+        backlog=sig.backlog,
         effective_target=learned,
         slo_good_since=slo.good_since,
         slo_last_decrease=slo.last_decrease,

@@ -165,13 +165,15 @@ def simulate(
     rps_utilisation: float | None = None,
     scale_mode: str = "independent",
     spec_override: RankingServiceSpec | None = None,
+    only: Sequence[str] | None = None,
 ) -> ReplayReport:
     """Run the three pools over `load` (per-second series) and collect the report.
 
     `rps_utilisation` replaces the RPS baseline's target utilisation (default: the one the SM
     target means), so a benchmark can compare the two at equal GPU-hours. `scale_mode` only labels
     the report (the series is already scaled). `spec_override` runs the policy pool with another
-    spec (e.g. panic mode on) while the baselines keep `spec`.
+    spec (e.g. panic mode on) while the baselines keep `spec`. `only` runs just those pools (a
+    benchmark's re-runs of one baseline); the report then holds only them.
     """
     a = spec.autoscaling
     seconds = load.seconds
@@ -248,13 +250,16 @@ def simulate(
     }
     results: dict[str, PoolResult] = {}
     for name, (decide, initial) in rules.items():
+        if only is not None and name not in only:
+            continue
         results[name] = run_pool(
             name, decide, initial, cost, reqs, model, sync_every, slo_ms, gpus, warmup_minutes=warmup
         )
     per_minute: list[float | None] = [None] * minutes
     for when, target in targets:
         per_minute[min(minutes - 1, int(when // 60))] = target
-    results[POLICY].effective_target_per_minute = per_minute
+    if POLICY in results:
+        results[POLICY].effective_target_per_minute = per_minute
     return ReplayReport(
         duration_seconds=seconds,
         slo_ms=spec.slo.p99_latency_ms,
@@ -462,4 +467,5 @@ __all__ = [
     "run_replay",
     "simulate",
     "to_series",
+    "warmup_minutes",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample
@@ -34,6 +34,12 @@ class Signal:
     metrics_problem: str | None = None  # set when MetricsUnavailable
     metrics_reason: str = "MetricsFresh"
     queue: tuple[float, float] | None = None  # (now, mean queued seconds) to remember for the next sync
+    # The recommendation without the backlog-drain term: what demand needs once the queue is empty.
+    # The stabilisation history records this, so capacity ordered to clear a one-off backlog is not
+    # held for the whole scale-down window. None: same as `recommendation`.
+    steady: int | None = None
+    overloaded: bool = False  # queued work or saturated SM: demand beyond what the pods serve
+    backlog: tuple[float, float] | None = None  # (now, total queued pod-seconds) to remember
 
 
 def sm_signal(
@@ -44,6 +50,7 @@ def sm_signal(
     last_queue: tuple[float, float] | None = None,
     target: float | None = None,
     reading: MetricReading | None = None,
+    last_backlog: tuple[float, float] | None = None,
 ) -> Signal:
     """The SM-active recommendation. `target` replaces `targetSmActive` (the SLO feedback's
     effective target); `reading` replaces `obs.metrics` (the panic window's samples)."""
@@ -100,6 +107,25 @@ def sm_signal(
         growth = max(0.0, (mean_queue - last_queue[1]) / (now - last_queue[0]))
     remember = (now, mean_queue) if obs.queue is not None and obs.queue.error is None else None
     usage = sum(max(0.0, s.value) * (1 + growth + queued.get(pod, 0.0) / drain) for pod, s in fresh.items())
+    overloaded = bool(queued) or growth > 0 or (saturation is not None and sm_avg >= saturation)
+    # What the arrivals need, for the stabilisation history (`Signal.steady`): a backlog's total
+    # (pod-seconds of work) grows at arrivals minus what the pods serve, so SM usage times
+    # 1 + its growth per Ready pod is the arrivals in SM-active terms, below SM usage while the pods
+    # drain a backlog. Only with a queue reading; while there is, or just was, a backlog, or while
+    # capacity is on its way, the history records that instead of the recommendation.
+    total = sum(queued.values())
+    backlog = (now, total) if remember is not None else None
+    arrivals = sm_usage * (1 + growth)
+    if backlog is not None and last_backlog is not None and 0 < now - last_backlog[0] <= stale_after:
+        arrivals = sm_usage * max(0.0, 1 + (total - last_backlog[1]) / ((now - last_backlog[0]) * len(fresh)))
+    had_backlog = total > 0 or (last_backlog is not None and last_backlog[1] > 0)
+
+    def out(sig: Signal) -> Signal:
+        steady = None
+        if backlog is not None and sig.recommendation is not None and (had_backlog or sig.reason == "CapacityPending"):
+            steady = min(sig.recommendation, ceil_(arrivals / target))
+        return replace(sig, queue=remember, backlog=backlog, overloaded=overloaded, steady=steady)
+
     avg = usage / len(values)
     ratio = avg / target
     tol = spec.tolerance
@@ -119,30 +145,20 @@ def sm_signal(
             want = max(want, 2 * ready)
             reason = "SaturatedSmActive"
         if usage / (ready * target) <= 1 + tol.up or want <= current:
-            return Signal(
-                current,
-                "CapacityPending",
-                base + "; capacity already sufficient or on its way",
-                sm_avg,
-                stamp,
-                queue=remember,
+            return out(
+                Signal(current, "CapacityPending", base + "; capacity already sufficient or on its way", sm_avg, stamp)
             )
-        return Signal(want, reason, f"{base}: {want} replicas", sm_avg, stamp, queue=remember)
+        return out(Signal(want, reason, f"{base}: {want} replicas", sm_avg, stamp))
     if ratio < 1 - tol.down - EPS:
         # Missing pods count as on target; pods still loading are kept.
         adj = (usage + missing * target) / (ready * target)
         if adj >= 1 - tol.down:
-            return Signal(
-                current,
-                "WithinTolerance",
-                base + "; missing samples keep it in the band",
-                sm_avg,
-                stamp,
-                queue=remember,
+            return out(
+                Signal(current, "WithinTolerance", base + "; missing samples keep it in the band", sm_avg, stamp)
             )
         want = min(current, ceil_(ready * adj) + max(0, current - ready))
-        return Signal(want, "LowSmActive", f"{base}: {want} replicas", sm_avg, stamp, queue=remember)
-    return Signal(current, "WithinTolerance", f"{base}: inside the tolerance band", sm_avg, stamp, queue=remember)
+        return out(Signal(want, "LowSmActive", f"{base}: {want} replicas", sm_avg, stamp))
+    return out(Signal(current, "WithinTolerance", f"{base}: inside the tolerance band", sm_avg, stamp))
 
 
 def fresh_queue(

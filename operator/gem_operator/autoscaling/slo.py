@@ -8,8 +8,9 @@ documented on `api.autoscaling.SloFeedback`):
 
 - **Over the SLO** (p99 > `p99LatencyMs`): cut by `decreasePercent` (10 %), at most once per
   `decreaseIntervalSeconds` (60 s, the default query's rate window, so one cut is judged on a p99
-  that could have seen it), and not while pods the policy ordered are still starting (their
-  capacity is not in the p99 yet; cutting again would count the same shortfall twice). Never below
+  that could have seen it), and not while the pool is overloaded (queued work or saturated SM at
+  this sync: the queue and saturation rules size an overload, and a flash crowd says nothing about
+  the headroom a steady load needs). Never below
   the floor `minTargetFraction * targetSmActive` (0.5). It never rises while over, and the policy
   does not scale down while over.
 - **Well under** (p99 <= `recoverBelow` (0.8) * SLO) for a whole `recoverSeconds` (600 s): step
@@ -69,8 +70,21 @@ def fresh_p99(reading: LatencyReading | None, now: float, stale_after: float) ->
     return reading.p99_ms, ""
 
 
-def slo_step(spec: AutoscalingSpec, state: ScalerState, obs: Observation, slo_ms: float | None, now: float) -> SloStep:
-    """Advance the SLO feedback by one sync (see the module docstring for the rule)."""
+def slo_step(
+    spec: AutoscalingSpec,
+    state: ScalerState,
+    obs: Observation,
+    slo_ms: float | None,
+    now: float,
+    *,
+    overloaded: bool = False,
+) -> SloStep:
+    """Advance the SLO feedback by one sync (see the module docstring for the rule).
+
+    `overloaded`: the SM signal sees queued work or saturated pods at this sync. The queue and
+    saturation rules size an overload; the target is about headroom at a load the pods serve, so
+    an overload does not cut it (a flash crowd would otherwise teach it a lesson about bursts).
+    """
     fb = spec.slo_feedback
     floor, base = target_bounds(spec)
     current = effective_target(spec, state)
@@ -80,14 +94,15 @@ def slo_step(spec: AutoscalingSpec, state: ScalerState, obs: Observation, slo_ms
     if p99 is None:
         return SloStep(current, False, None, None, state.slo_last_decrease, f"{why}; SM target held at {current:.3f}")
     if p99 > slo_ms:
-        starting = any(not p.serving for p in obs.pods)
         last = state.slo_last_decrease
         due = last is None or now - last >= fb.decrease_interval_seconds
-        if due and not starting and current > floor:
+        if due and not overloaded and current > floor:
             new = max(floor, current * (1 - fb.decrease_percent / 100))
             msg = f"p99 {p99:.1f} ms > SLO {slo_ms:g} ms: SM target {current:.3f} -> {new:.3f}"
             return SloStep(new, True, p99, None, now, msg)
-        held = "at its floor" if current <= floor else "capacity still starting" if starting else "cut recently"
+        held = (
+            "at its floor" if current <= floor else "overloaded: the queue sizes it" if overloaded else "cut recently"
+        )
         msg = f"p99 {p99:.1f} ms > SLO {slo_ms:g} ms: SM target {current:.3f} ({held})"
         return SloStep(current, True, p99, None, last, msg)
     if p99 <= fb.recover_below * slo_ms:

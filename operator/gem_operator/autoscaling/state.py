@@ -25,6 +25,8 @@ class ScalerState:
     slo_good_since: start of the current run of syncs with p99 well under the SLO (creep-back clock).
     slo_last_decrease: when the SLO feedback last cut the effective target.
     panic_until: panic mode lasts until this time (None: not panicking).
+    backlog: (time, total queued pod-seconds of the Ready pods) at the last sync with a queue
+        reading; its change estimates the arrivals while pods drain a backlog.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -35,6 +37,7 @@ class ScalerState:
     slo_good_since: float | None = None
     slo_last_decrease: float | None = None
     panic_until: float | None = None
+    backlog: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +49,7 @@ class ScalerState:
             "sloGoodSince": self.slo_good_since,
             "sloLastDecrease": self.slo_last_decrease,
             "panicUntil": self.panic_until,
+            "backlog": None if self.backlog is None else list(self.backlog),
         }
 
     @classmethod
@@ -68,6 +72,7 @@ class ScalerState:
                 slo_good_since=_opt(data.get("sloGoodSince")),
                 slo_last_decrease=_opt(data.get("sloLastDecrease")),
                 panic_until=_opt(data.get("panicUntil")),
+                backlog=None if data.get("backlog") is None else (float(data["backlog"][0]), float(data["backlog"][1])),
             )
         except (TypeError, ValueError):
             return cls()
