@@ -250,9 +250,24 @@ class AutoscalingSpec(ApiModel):
     policies: ScalingPolicies = Field(default_factory=ScalingPolicies, description="Rate limits.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Where the signal comes from.")
     slo_feedback: SloFeedback = Field(
-        default_factory=SloFeedback, description="Effective SM target adjusted from the observed p99 against spec.slo."
+        default_factory=SloFeedback,
+        description=(
+            "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs: it "
+            "starts at targetSmActive; while p99 > SLO it drops decreasePercent (10 %) at most once per "
+            "decreaseIntervalSeconds (60 s), not while the pool is overloaded, never below minTargetFraction "
+            "(0.5) x targetSmActive, and the pool does not scale down; after recoverSeconds (600 s) with "
+            "p99 <= recoverBelow (0.8) x SLO it creeps back recoverPercent (5 %) of targetSmActive; otherwise "
+            "it holds. Reported as status.autoscaling.effectiveTargetSmActive."
+        ),
     )
-    panic: PanicMode = Field(default_factory=PanicMode, description="Burst handling (Knative KPA-style panic mode).")
+    panic: PanicMode = Field(
+        default_factory=PanicMode,
+        description=(
+            "Knative KPA-style burst handling, off by default: when the SM signal over windowSeconds (6 s) "
+            "asks for >= threshold (2) x the Ready pods, that count applies at once (no rate policy, no up "
+            "window) and scale-down is blocked until holdSeconds (60 s) pass without a new trigger."
+        ),
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
