@@ -20,8 +20,8 @@ Scenarios, each run with `--scale-mode independent` (X times as many independent
 - `diurnal+flash`: the same day with a flash crowd, 3x the rate for 2 minutes at 11:00.
 - `poisson-hour+flash`: one hour of Poisson arrivals whose rate swings 0.4x-1.6x of 1,100
   cost units/s (trough at the start and the end, peak at minute 30) with a 3x flash crowd for 2
-  minutes at minute 40; 1/100 of the users, scaled x100. A new seed per run of the bench is not
-  used: the seeds are fixed, so runs are comparable; `--seed` shifts them all.
+  minutes at minute 40; 1/100 of the users, scaled x100. The seeds are fixed so that runs compare;
+  `--seed N` shifts every synthetic scenario's seed (other draws of the same traffic).
 
 For synthetic traces the independent mode's common trend is the known per-second rate (what all
 users share); for the shared trace it is the trace's 300 s moving average.

@@ -270,6 +270,7 @@ states = st.builds(
     slo_good_since=st.one_of(st.none(), st.floats(0, 1e9)),
     slo_last_decrease=st.one_of(st.none(), st.floats(0, 1e9)),
     panic_until=st.one_of(st.none(), st.floats(0, 1e9)),
+    backlog=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6))),
 )
 
 

@@ -32,7 +32,9 @@ either). Steps, in order:
    skipping the down-stabilisation window, and never scales up.
 4. **Stabilisation** (HPA semantics): every recommendation is recorded; the result may rise
    only to the *lowest* recommendation of the up window and fall only to the *highest* of the
-   down window.
+   down window. Around a backlog (queue signal) the history records what the arrivals need
+   (`signals.Signal.steady`), not the capacity ordered to drain the backlog or already on its way,
+   so a one-off flash crowd is not paid for over the whole down window.
 5. **Rate policies:** per direction the most permissive listed policy applies, each measured
    against the replicas at the start of its period (recorded scale events).
 6. **Free GPUs:** scale-up is capped at `current + free_gpus // gpusPerReplica` (minus pods
