@@ -29,6 +29,7 @@ from gem_operator.autoscaling.policy import (
     METRICS_UNAVAILABLE,
     MetricReading,
     Observation,
+    PodSample,
     PodState,
     ScalerState,
     desired_replicas,
@@ -284,3 +285,118 @@ async def test_queue_signal_through_real_prometheus(
     held = desired_replicas(spec, ScalerState(), obs, now)
     assert held.desired_replicas == 4
     assert held.condition(METRICS_UNAVAILABLE).status == "False"
+
+
+def _start_prometheus(tmp_path: Path, targets: list[tuple[int, str]]) -> tuple[str, subprocess.Popen[bytes], Any]:
+    """Prometheus scraping each (port, pod) every second, labelled like Kubernetes SD would label it."""
+    port = free_port()
+    jobs = "".join(
+        f"      - targets: ['127.0.0.1:{p}']\n        labels: {{namespace: {NS}, pod: {pod}}}\n" for p, pod in targets
+    )
+    cfg = tmp_path / "prometheus-latency.yml"
+    cfg.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: ranker\n"
+        "    scrape_interval: 1s\n"
+        "    scrape_timeout: 1s\n"
+        "    static_configs:\n" + jobs
+    )
+    log = (tmp_path / "prometheus-latency.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb-latency'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    return f"http://127.0.0.1:{port}", proc, log
+
+
+async def test_latency_histogram_through_the_default_query(tmp_path: Path) -> None:
+    """The ranking server's own histogram (ServerMetrics), scraped by real Prometheus, read by the default
+    `metrics.latency.query`: p99 as histogram_quantile interpolates it; over the SLO it cuts the SM target and
+    blocks scale-down; a server that stops being scraped makes the latency unavailable, not low."""
+    from gem_operator.api.serving import RankingServiceSpec
+    from gem_operator.autoscaling.policy import SCALING_LIMITED, LatencyReading
+    from gem_operator.autoscaling.sources import PrometheusLatencySource
+    from gem_workloads.serving.metrics import ServerMetrics
+
+    servers = [ServerMetrics() for _ in PODS[:2]]
+    exporters = []
+    for m in servers:
+        p = free_port()
+        httpd, _thread = start_http_server(p, addr="127.0.0.1", registry=m.registry)
+        exporters.append((p, httpd))
+    stop = threading.Event()
+
+    def traffic() -> None:
+        # Per pod every 0.1 s: 19 requests at 15 ms and 1 at 80 ms, so 5 % of requests fall in the
+        # (75 ms, 100 ms] bucket and the 0.99 quantile lies 80 % into it: 75 + 0.8 * 25 = 95 ms.
+        while not stop.wait(0.1):
+            for m in servers:
+                for _ in range(19):
+                    m.request_seconds.observe(0.015)
+                m.request_seconds.observe(0.080)
+
+    threading.Thread(target=traffic, daemon=True).start()
+    url, proc, log = _start_prometheus(tmp_path, [(p, pod) for (p, _), pod in zip(exporters, PODS[:2], strict=True)])
+    try:
+        spec = RankingServiceSpec.model_validate(
+            {
+                "model": {"uri": "s3://m/x"},
+                "slo": {"p99LatencyMs": 40},
+                "autoscaling": {
+                    "targetSmActive": 0.6,
+                    "stabilizationSeconds": {"down": 0},
+                    "metrics": {"prometheus": {"url": url}, "staleAfterSeconds": 10},
+                },
+            }
+        )
+        a = spec.autoscaling
+        source = PrometheusLatencySource.from_spec(a.metrics.prometheus, a.metrics.latency, timeout_seconds=2)
+        deadline = time.monotonic() + 30
+        reading = LatencyReading.unavailable("not read yet")
+        while time.monotonic() < deadline:
+            reading = await source.read_latency(NS, PODS[:2])
+            if reading.p99_ms is not None:
+                break
+            await asyncio.sleep(0.5)
+        assert reading.p99_ms == pytest.approx(95.0, abs=1.0), reading
+        assert reading.timestamp is not None and abs(time.time() - reading.timestamp) < 5
+
+        # Idle-looking pods (SM 0.1) would scale down; the p99 over the SLO cuts the target and holds them.
+        pods = [PodState(p, ready=True) for p in PODS[:2]]
+        sm = MetricReading(samples={p: PodSample(0.1, time.time()) for p in PODS[:2]})
+        now = time.time()
+        obs = Observation(current_replicas=2, pods=pods, metrics=sm, latency=reading)
+        d = desired_replicas(a, ScalerState(), obs, now, slo_p99_ms=spec.slo.p99_latency_ms)
+        assert d.effective_target == pytest.approx(0.54) and d.p99_ms == pytest.approx(reading.p99_ms)
+        assert d.desired_replicas == 2 and d.condition(SCALING_LIMITED).reason == "LatencyOverSlo"
+
+        # The servers stop being scraped: the histogram's series go stale; latency unavailable, not low.
+        stop.set()
+        for _, httpd in exporters:
+            httpd.shutdown()
+            httpd.server_close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            reading = await source.read_latency(NS, PODS[:2])
+            if reading.error is not None:
+                break
+            await asyncio.sleep(0.5)
+        assert reading.p99_ms is None and "no fresh series" in (reading.error or "")
+        held = desired_replicas(a, d.state, Observation(2, pods, sm, latency=reading), time.time(), slo_p99_ms=40)
+        assert held.effective_target == pytest.approx(0.54)  # learned value kept, not reset by missing data
+    finally:
+        stop.set()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log.close()

@@ -14,6 +14,7 @@ from gem_operator.autoscaling.replay import (
     HPA_RPS,
     POLICY,
     STATIC_PEAK,
+    Arrivals,
     LoadSeries,
     TraceError,
     load_service,
@@ -139,7 +140,7 @@ def test_csv_trace_parsing_and_cost_column(tmp_path: Path) -> None:
     assert a.costs == [1.0, 1.0]
     w = load_trace(p, cost_column="ContextTokens")
     assert w.costs == [0.5, 1.5]  # normalised to mean 1
-    s = to_series(w, scale=10, smooth_seconds=1)
+    s = to_series(w, scale=10, smooth_seconds=1, mode="duplicate")
     assert s.seconds == 2 and s.cost.tolist() == [5.0, 15.0] and s.requests.tolist() == [10.0, 10.0]
 
 
@@ -236,7 +237,9 @@ def test_step_load_policy_follows_and_beats_static(tmp_path: Path, service: Path
     }
     assert set(d["baselines"]) == {"static_peak", "hpa_rps"}
     assert d["duration_seconds"] == 3000 and len(d["timeline"]) == 50
-    assert set(d["timeline"][0]["policy"]) == {"replicas", "sm_active", "p99_ms"}
+    assert set(d["timeline"][0]["policy"]) == {"replicas", "sm_active", "p99_ms", "effective_target"}
+    assert set(d["timeline"][0]["hpa_rps"]) == {"replicas", "sm_active", "p99_ms"}
+    assert d["scale_mode"] == "independent" and d["warmup_minutes"] == 3
     json.dumps(d)
 
 
@@ -347,3 +350,101 @@ def test_queue_signal_speeds_up_recovery_from_overload() -> None:
 
 def load_service_text(text: str) -> RankingServiceSpec:
     return RankingServiceSpec.model_validate(yaml.safe_load(text)["spec"])
+
+
+# --------------------------------------------------------------------------- scale modes, warm-up, latency
+
+
+def poisson_arrivals(rate: float, seconds: int, seed: int = 3) -> Arrivals:
+    counts = np.random.default_rng(seed).poisson(rate, seconds).astype(float)
+    return Arrivals(list(map(float, range(seconds))), counts.tolist(), counts.tolist(), "poisson")
+
+
+def test_scale_modes_on_a_poisson_trace() -> None:
+    """5 req/s Poisson scaled 100x: duplicate swings +-45 % per second, independent +-4.5 % (Poisson at 500/s)."""
+    a = poisson_arrivals(5.0, 3600)
+    dup = to_series(a, scale=100, mode="duplicate", smooth_seconds=1)
+    ind = to_series(a, scale=100, mode="independent")
+    mid = slice(300, 3300)
+    for s in (dup, ind):
+        assert float(s.requests[mid].mean()) == pytest.approx(500.0, rel=0.02)
+    assert float(dup.requests[mid].std() / dup.requests[mid].mean()) == pytest.approx(0.447, rel=0.1)
+    # N = sqrt(X) c + (X - sqrt(X)) m, m the 300 s trend of c: Poisson(500)'s variance plus the
+    # trend's own estimation noise, Var = X r + (X - sqrt X)^2 r / 300 + 2 sqrt X (X - sqrt X) r / 300.
+    x, r, w = 100.0, 5.0, 300.0
+    var = x * r + (x - x**0.5) ** 2 * r / w + 2 * x**0.5 * (x - x**0.5) * r / w
+    assert float(ind.requests[mid].std()) == pytest.approx(var**0.5, rel=0.1)
+    assert float(ind.requests[mid].std() / ind.requests[mid].mean()) < 0.06
+    # Totals are kept in both modes (the trend and the residual both sum to the trace's own).
+    assert float(ind.requests.sum()) == pytest.approx(100 * sum(a.counts), rel=0.01)
+
+
+def test_independent_mode_keeps_the_common_trend_x_fold() -> None:
+    """A known intensity (a synthetic trace's rate) is what every copy shares: a 3x crowd stays 3x."""
+    rate = np.full(1200, 4.0)
+    rate[600:720] *= 3
+    counts = np.random.default_rng(1).poisson(rate).astype(float)
+    a = Arrivals(list(map(float, range(1200))), counts.tolist(), counts.tolist(), "crowd")
+    s = to_series(a, scale=200, mode="independent", trend=rate)
+    assert float(s.requests[610:710].mean()) == pytest.approx(2400.0, rel=0.03)
+    assert float(s.requests[100:500].mean()) == pytest.approx(800.0, rel=0.03)
+    with pytest.raises(TraceError, match="trend has 5 seconds"):
+        to_series(a, scale=2, trend=rate[:5])
+    with pytest.raises(TraceError, match="--scale-mode"):
+        to_series(a, scale=2, mode="bogus")  # type: ignore[arg-type]
+    # Scaling down is thinning in expectation in both modes.
+    assert to_series(a, scale=0.5, mode="independent").requests.tolist() == (counts * 0.5).tolist()
+
+
+def test_report_header_names_the_mode_and_warm_up_is_apart(tmp_path: Path, service: Path) -> None:
+    # A 4x surge in minute 1, before any decision can have taken effect: warm-up.
+    rate = [2000 if 60 <= t < 150 else 500 for t in range(1800)]
+    lines = [json.dumps({"t": t, "count": r, "cost": r}) for t, r in enumerate(rate)]
+    p = tmp_path / "hot-start.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    report = run_replay(p, service, scale_mode="duplicate", smooth_seconds=1)
+    assert report.warmup_minutes == 3 and report.judged_minutes == 27
+    pol = report.results[POLICY]
+    assert pol.warmup_violation_minutes >= 1  # the surge, counted apart
+    assert pol.judged_minutes == 27
+    over = [m for m, q in enumerate(pol.p99_ms_per_minute) if q is not None and q > 40]
+    assert pol.warmup_violation_minutes == sum(1 for m in over if m < 3)
+    assert pol.slo_violation_minutes == sum(1 for m in over if m >= 3)
+    table = report.to_table()
+    assert "scale mode duplicate" in table and "warm-up: the first 3 min" in table
+    d = report.to_dict(timeline=False)
+    assert d["scale_mode"] == "duplicate" and d["policy"]["warmup_violation_minutes"] == pol.warmup_violation_minutes
+
+
+def test_cli_scale_mode(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = step_trace(tmp_path)
+    assert main(["--trace", str(trace), "--service", str(service), "--scale", "2"]) == 0
+    assert "scale mode independent" in capsys.readouterr().out
+    assert main(["--trace", str(trace), "--service", str(service), "--scale-mode", "duplicate"]) == 0
+    assert "scale mode duplicate" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["--trace", str(trace), "--service", str(service), "--scale-mode", "users"])
+    assert exc.value.code == 2
+    assert "--scale-mode" in capsys.readouterr().err
+
+
+def test_replay_feeds_the_latency_to_the_policy(tmp_path: Path) -> None:
+    """Noisy traffic on few replicas: the replay's p99 reaches the policy, which lowers its SM target."""
+    spec = RankingServiceSpec.model_validate(
+        {
+            "model": {"uri": "s3://m/r"},
+            "slo": {"p99LatencyMs": 30},
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 40, "targetSmActive": 0.7},
+        }
+    )
+    load = to_series(poisson_arrivals(3.0, 2400), scale=100, mode="duplicate", smooth_seconds=3)
+    report = simulate(load, spec, ServiceModel(), scale=100, scale_mode="duplicate")
+    targets = [t for t in report.results[POLICY].effective_target_per_minute if t is not None]
+    assert min(targets) < 0.7 * 0.95 and max(targets) <= 0.7
+    off = spec.model_copy(deep=True)
+    off.autoscaling.slo_feedback.enabled = False
+    plain = simulate(load, off, ServiceModel(), scale=100, scale_mode="duplicate")
+    assert set(plain.results[POLICY].effective_target_per_minute) <= {0.7, None}
+    # A lower target keeps more replicas and fewer minutes over the SLO.
+    assert report.results[POLICY].mean_replicas > plain.results[POLICY].mean_replicas
+    assert report.results[POLICY].slo_violation_minutes < plain.results[POLICY].slo_violation_minutes

@@ -192,3 +192,77 @@ async def test_queue_source_reads_the_queue_query(fake_prom: Callable[[Handler],
     reading = await src.read("ns", ["r-0"])
     assert reading.samples["r-0"].value == 2.5 and reading.samples["r-0"].timestamp == 100.0
     assert len(seen) == 1 and "gem_ranking_queue_depth" in seen[0] and 'namespace="ns"' in seen[0]
+
+
+# --------------------------------------------------------------------------- latency
+
+
+def scalar_vector(value: str | None, ts: float = 1000.0) -> dict[str, Any]:
+    result = [] if value is None else [{"metric": {}, "value": [ts, value]}]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+async def test_latency_source_reads_p99_in_ms_with_the_scrape_time(
+    fake_prom: Callable[[Handler], Awaitable[str]],
+) -> None:
+    from gem_operator.api.autoscaling import DEFAULT_LATENCY_QUERY
+    from gem_operator.autoscaling.sources import LatencySource, PrometheusLatencySource
+
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        q = request.query["query"]
+        seen.append(q)
+        if q.startswith("max(timestamp("):
+            return web.json_response(scalar_vector("985.5"))
+        return web.json_response(scalar_vector("0.0425"))
+
+    spec = AutoscalingSpec.model_validate({"metrics": {"prometheus": {"url": await fake_prom(handler)}}})
+    src = PrometheusLatencySource.from_spec(spec.metrics.prometheus, spec.metrics.latency)
+    assert isinstance(src, LatencySource)
+    reading = await src.read_latency("ns", ["p1", "p0"])
+    assert reading.error is None
+    assert reading.p99_ms == pytest.approx(42.5)
+    assert reading.timestamp == 985.5
+    assert seen[0] == render_query(DEFAULT_LATENCY_QUERY, "ns", ["p0", "p1"])
+    assert "gem_ranking_request_seconds_bucket" in seen[0] and "histogram_quantile(0.99" in seen[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "stamp", "status", "why"),
+    [
+        ("NaN", "1000", 200, "no p99 value"),  # histogram_quantile with no requests in the window
+        (None, "1000", 200, "no p99 value"),
+        ("0.03", None, 200, "no fresh series"),  # the histogram stopped being scraped
+        ("0.03", "1000", 503, "HTTP 503"),
+    ],
+)
+async def test_latency_source_unavailable_never_low(
+    fake_prom: Callable[[Handler], Awaitable[str]], value: str | None, stamp: str | None, status: int, why: str
+) -> None:
+    from gem_operator.autoscaling.sources import PrometheusLatencySource
+
+    async def handler(request: web.Request) -> web.Response:
+        if status != 200:
+            return web.Response(status=status, text="unavailable")
+        if request.query["query"].startswith("max(timestamp("):
+            return web.json_response(scalar_vector(stamp))
+        return web.json_response(scalar_vector(value))
+
+    reading = await PrometheusLatencySource(await fake_prom(handler)).read_latency("ns", ["p0"])
+    assert reading.p99_ms is None and why in (reading.error or "")
+
+
+async def test_latency_source_unreachable_and_simulated() -> None:
+    from gem_operator.autoscaling.sources import PrometheusLatencySource
+
+    gone = await PrometheusLatencySource("http://127.0.0.1:9", timeout_seconds=1).read_latency("ns", ["p0"])
+    assert gone.error is not None and "unreachable" in gone.error
+    assert (await PrometheusLatencySource("http://127.0.0.1:9").read_latency("ns", [])).error is not None
+    sim = SimulatedSource()
+    assert (await sim.read_latency("ns", ["p0"])).error is not None
+    sim.push_latency("ns", 31.0, 500.0)
+    got = await sim.read_latency("ns", ["p0"])
+    assert (got.p99_ms, got.timestamp) == (31.0, 500.0)
+    sim.fail("boom")
+    assert (await sim.read_latency("ns", ["p0"])).error == "boom"

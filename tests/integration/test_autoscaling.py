@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -141,3 +142,57 @@ def test_precompute_scales_on_backlog_and_yields(cluster: EmbeddedCluster, sourc
         PrecomputeSignals(backlog=450, oldest_item_age_seconds=5.0, ranker_over_slo=True, ranker_message="p99 90 ms"),
     )
     cluster.wait_for(lambda: deployment_replicas(cluster, "pre-precompute") == 1, timeout=40)
+
+
+def test_slo_feedback_lands_in_status_and_survives_an_operator_restart(
+    cluster: EmbeddedCluster, start_operator: type[OperatorThread]
+) -> None:
+    """A p99 over the SLO cuts status.autoscaling.effectiveTargetSmActive and blocks scale-down; a new
+    operator process resumes from status (the latency gone, it holds what was learned)."""
+    src, latency = SimulatedSource(), SimulatedSource()
+    use_metric_sources(lambda _spec: src, lambda _spec: src, None, lambda _spec: latency)
+    load = {"value": 30.0}  # SM ~0.17 on 1 replica: would scale to the floor
+    dcgm = SmActiveSimulator(cluster, src, interval=0.1)
+    dcgm.add_pool("default", {"gem.dev/instance": "slo", "gem.dev/role": "server"}, lambda _t: load["value"])
+    dcgm.start()
+    try:
+        first = start_operator()  # type: ignore[call-arg]
+        body = ranker("slo", minReplicas=1, sloFeedback={"decreaseIntervalSeconds": 0})
+        body["spec"]["replicas"] = 1
+        body["spec"]["slo"] = {"p99LatencyMs": 40}
+        cluster.apply(body)
+        cluster.wait_for(lambda: status(cluster, "RankingService", "slo").get("phase") == "Ready", timeout=30)
+        cluster.wait_for(
+            lambda: (
+                (status(cluster, "RankingService", "slo").get("autoscaling") or {}).get("effectiveTargetSmActive")
+                == 0.6
+            ),
+            timeout=20,
+        )
+
+        def learned() -> float:
+            return float((status(cluster, "RankingService", "slo").get("autoscaling") or {})["effectiveTargetSmActive"])
+
+        import time
+
+        latency.push_latency("default", 80.0, time.time())
+        cluster.wait_for(lambda: learned() < 0.5, timeout=30)
+        st = status(cluster, "RankingService", "slo")
+        assert st["autoscaling"]["p99LatencyMs"] == 80.0
+        assert json.loads(st["scalerState"])["effectiveTarget"] == pytest.approx(learned(), abs=1e-3)
+
+        # A new operator process, and the latency signal gone: it resumes from status, no reset.
+        first.stop()
+        latency.fail("prometheus unreachable")
+        before = learned()
+        stamp = status(cluster, "RankingService", "slo")["lastMetric"]["timestamp"]
+        time.sleep(1.1)  # the next SM sample carries a later second
+        start_operator()  # type: ignore[call-arg]
+        # The new process's first pass writes a new lastMetric: by then it has read scalerState back.
+        cluster.wait_for(
+            lambda: status(cluster, "RankingService", "slo")["lastMetric"]["timestamp"] != stamp, timeout=20
+        )
+        assert learned() == pytest.approx(before)  # a fresh state would have written 0.6
+    finally:
+        dcgm.stop()
+        use_metric_sources(None, None)

@@ -29,6 +29,13 @@ DEFAULT_QUEUE_QUERY = (
     '(rate(gem_ranking_requests_total{namespace="$namespace", pod=~"$pods"}[1m])), 1)'
 )
 
+# p99 latency of the pool in seconds, from the ranking server's request histogram
+# (gem_workloads.serving.metrics, `gem_ranking_request_seconds`) over its pods: one value per pool.
+DEFAULT_LATENCY_QUERY = (
+    "histogram_quantile(0.99, sum by (le) "
+    '(rate(gem_ranking_request_seconds_bucket{namespace="$namespace", pod=~"$pods"}[1m])))'
+)
+
 
 class Tolerance(ApiModel):
     """No action while |metric/target - 1| is inside the band, per direction."""
@@ -124,6 +131,25 @@ class QueueSignal(ApiModel):
     )
 
 
+class LatencySignal(ApiModel):
+    """The pool's observed p99 latency, compared with `spec.slo.p99LatencyMs` (RankingService only).
+
+    Fresh or unavailable exactly like the SM signal: a failed query, an empty or NaN result (no
+    requests in the query's window) or a sample older than `staleAfterSeconds` is unavailable,
+    never zero, and then the SLO feedback holds what it learned.
+    """
+
+    enabled: bool = Field(default=True, description="Read the latency signal (RankingService only).")
+    query: str = Field(
+        default=DEFAULT_LATENCY_QUERY,
+        min_length=1,
+        description=(
+            "PromQL returning one value, the pool's p99 latency in seconds; $namespace and $pods are "
+            "substituted. The default reads the ranking server's gem_ranking_request_seconds histogram."
+        ),
+    )
+
+
 class MetricsSpec(ApiModel):
     """Metric sources and freshness."""
 
@@ -131,9 +157,79 @@ class MetricsSpec(ApiModel):
     queue: QueueSignal = Field(
         default_factory=QueueSignal, description="Queued work per pod: demand beyond what SM active shows."
     )
+    latency: LatencySignal = Field(
+        default_factory=LatencySignal, description="Observed p99 latency: feeds the SLO feedback on the SM target."
+    )
     stale_after_seconds: int = Field(
         default=60, ge=5, le=3600, description="Older samples count as missing: hold, never scale down."
     )
+
+
+class SloFeedback(ApiModel):
+    """Adjust the SM target so that the observed p99 keeps `spec.slo.p99LatencyMs` (RankingService).
+
+    The same mean SM active means a very different p99 depending on how bursty the traffic is and
+    how many replicas share it, so `targetSmActive` is where the effective target starts, not a
+    promise. At every sync with a fresh latency reading:
+
+    - p99 > SLO: the effective target drops by `decreasePercent` (at most once per
+      `decreaseIntervalSeconds`, and not while the pool is overloaded: queued work or saturated
+      SM, which the queue and saturation rules size), never below `minTargetFraction *
+      targetSmActive`. It never rises while p99 is over the SLO, and the pool does not scale down.
+    - p99 <= `recoverBelow` * SLO for a whole `recoverSeconds`: it creeps back by `recoverPercent`
+      of targetSmActive, never above targetSmActive; each step needs another whole window.
+    - in between, or no fresh reading: it holds.
+
+    The effective target is kept in status (`autoscaling.effectiveTargetSmActive` and the scaler
+    state), so a restarted operator keeps what it learned.
+    """
+
+    enabled: bool = Field(
+        default=True, description="Adjust the SM target from the observed p99 (needs metrics.latency)."
+    )
+    min_target_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Floor of the effective target, as a fraction of targetSmActive (0.5: never below half of it).",
+    )
+    decrease_percent: int = Field(
+        default=10, ge=1, le=50, description="Cut of the effective target per step while p99 is over the SLO."
+    )
+    decrease_interval_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="At most one cut per this many seconds (the latency query's window: 1 min by default).",
+    )
+    recover_below: float = Field(
+        default=0.8, gt=0, le=1, description="p99 at or below this fraction of the SLO counts as well under it."
+    )
+    recover_seconds: int = Field(
+        default=600, ge=15, le=86_400, description="p99 must stay well under the SLO this long before each creep back."
+    )
+    recover_percent: int = Field(
+        default=5, ge=1, le=100, description="Step back toward targetSmActive, in percent of targetSmActive."
+    )
+
+
+class PanicMode(ApiModel):
+    """Bursts, in the spirit of Knative's KPA panic mode.
+
+    The SM signal averaged over the last `windowSeconds` (instead of the sync interval) gives a
+    second recommendation; when it is at least `threshold` times the Ready pods, the pool panics:
+    that recommendation is applied at once (scale-up rate policies and the up window are skipped;
+    maxReplicas and free GPUs still cap it) and no scale-down happens until `holdSeconds` have passed
+    without a new trigger. Off by default: on the diurnal benchmark traces it buys no SLO minutes
+    that the queue signal does not already buy (bench/autoscaling_replay.py measures both).
+    """
+
+    enabled: bool = Field(default=False, description="Turn panic mode on.")
+    window_seconds: int = Field(default=6, ge=1, le=60, description="Short averaging window of the panic signal.")
+    threshold: float = Field(
+        default=2.0, ge=1.1, le=100, description="Panic when the short-window recommendation is >= this x Ready pods."
+    )
+    hold_seconds: int = Field(default=60, ge=0, le=3600, description="Panic lasts this long after the last trigger.")
 
 
 class AutoscalingSpec(ApiModel):
@@ -153,6 +249,25 @@ class AutoscalingSpec(ApiModel):
     )
     policies: ScalingPolicies = Field(default_factory=ScalingPolicies, description="Rate limits.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Where the signal comes from.")
+    slo_feedback: SloFeedback = Field(
+        default_factory=SloFeedback,
+        description=(
+            "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs: it "
+            "starts at targetSmActive; while p99 > SLO it drops decreasePercent (10 %) at most once per "
+            "decreaseIntervalSeconds (60 s), not while the pool is overloaded, never below minTargetFraction "
+            "(0.5) x targetSmActive, and the pool does not scale down; after recoverSeconds (600 s) with "
+            "p99 <= recoverBelow (0.8) x SLO it creeps back recoverPercent (5 %) of targetSmActive; otherwise "
+            "it holds. Reported as status.autoscaling.effectiveTargetSmActive."
+        ),
+    )
+    panic: PanicMode = Field(
+        default_factory=PanicMode,
+        description=(
+            "Knative KPA-style burst handling, off by default: when the SM signal over windowSeconds (6 s) "
+            "asks for >= threshold (2) x the Ready pods, that count applies at once (no rate policy, no up "
+            "window) and scale-down is blocked until holdSeconds (60 s) pass without a new trigger."
+        ),
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:

@@ -122,6 +122,20 @@ class MetricSample(ApiModel):
     timestamp: str = Field(description="RFC 3339 time of the sample.")
 
 
+class AutoscalingStatus(ApiModel):
+    """What the built-in autoscaler learned and saw at its last sync."""
+
+    effective_target_sm_active: float | None = Field(
+        default=None,
+        description=(
+            "SM target in use: targetSmActive adjusted by the SLO feedback (autoscaling.sloFeedback), "
+            "within [minTargetFraction x targetSmActive, targetSmActive]."
+        ),
+    )
+    p99_latency_ms: float | None = Field(default=None, description="Last fresh p99 latency read (ms).")
+    panicking: bool | None = Field(default=None, description="Panic mode active: scale-down blocked.")
+
+
 class PoolStatus(ApiModel):
     """Observed state of a replica pool (shared by both kinds)."""
 
@@ -139,6 +153,9 @@ class PoolStatus(ApiModel):
     scaler_state: str | None = Field(
         default=None, description="Autoscaler history (JSON): recommendations and scale events in the windows."
     )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="Effective SM target, last p99 and panic state of the built-in autoscaler."
+    )
 
 
 class RankingServiceStatus(PoolStatus):
@@ -152,6 +169,7 @@ class SolarisPrecomputeStatus(PoolStatus):
 
 
 __all__ = [
+    "AutoscalingStatus",
     "CandidateSource",
     "EmbeddingStore",
     "FallbackSpec",

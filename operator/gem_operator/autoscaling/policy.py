@@ -1,8 +1,15 @@
 """The scaling decision: HPA's algorithm plus what a GPU fleet needs. Pure: no I/O, no clock.
 
-`desired_replicas(spec, state, observation, now)` is called once per sync (15 s by default) by
-the controller and, with simulated time, by the replay. Steps, in order:
+`desired_replicas(spec, state, observation, now, slo_p99_ms=...)` is called once per sync (15 s
+by default) by the controller and, with simulated time, by the replay (and so by every driver of
+either). Steps, in order:
 
+0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
+   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, not
+   while the pool is overloaded, never below `minTargetFraction` = 0.5 of it) while the
+   observed p99 (`Observation.latency`) is over `spec.slo.p99LatencyMs`, and creeps back 5 % of
+   `targetSmActive` per 600 s with p99 <= 0.8 x SLO. It lives in `ScalerState`. Without a
+   latency reading it holds (a fresh state: exactly `targetSmActive`).
 1. **Signal.** Only pods that are Ready *and* have finished loading the model count. Their
    fresh SM-active samples (younger than `metrics.staleAfterSeconds`) give the ratio
    `metric / target`. Inside the tolerance band (per direction) nothing changes. Above it,
@@ -25,11 +32,17 @@ the controller and, with simulated time, by the replay. Steps, in order:
    skipping the down-stabilisation window, and never scales up.
 4. **Stabilisation** (HPA semantics): every recommendation is recorded; the result may rise
    only to the *lowest* recommendation of the up window and fall only to the *highest* of the
-   down window.
+   down window. Around a backlog (queue signal) the history records what the arrivals need
+   (`signals.Signal.steady`), not the capacity ordered to drain the backlog or already on its way,
+   so a one-off flash crowd is not paid for over the whole down window.
 5. **Rate policies:** per direction the most permissive listed policy applies, each measured
    against the replicas at the start of its period (recorded scale events).
 6. **Free GPUs:** scale-up is capped at `current + free_gpus // gpusPerReplica` (minus pods
    still waiting for a node).
+   **Panic** (`panic.py`, `spec.autoscaling.panic`, off by default): when the short window's
+   recommendation is >= 2x the Ready pods it is applied at once (no up window, no rate policy).
+   **No scale-down** while panicking or while a fresh p99 is over the SLO (`ScalingLimited`
+   reasons `Panic` / `LatencyOverSlo`).
 7. **Bounds:** `minReplicas..maxReplicas`. A RankingService keeps its last replica (SM active
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero
    through the scale subresource).
@@ -41,166 +54,40 @@ The state carried between calls (`ScalerState`) is an immutable value with `to_d
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from gem_operator.api.autoscaling import AutoscalingSpec, RatePolicy
 from gem_operator.api.common import Condition, set_condition
 from gem_operator.api.serving import PrecomputeAutoscalingSpec
+from gem_operator.autoscaling.observation import (
+    MODEL_LOADED_CONDITION,
+    LatencyReading,
+    MetricReading,
+    Observation,
+    PodSample,
+    PodState,
+    PrecomputeSignals,
+    pod_states,
+)
+from gem_operator.autoscaling.panic import panic_step
+from gem_operator.autoscaling.signals import SATURATED_SM_ACTIVE, ceil_, sm_signal
+from gem_operator.autoscaling.slo import effective_target, slo_step
+from gem_operator.autoscaling.state import ScalerState
 
 # Scaling condition types (status.conditions[].type).
 SCALING_ACTIVE = "ScalingActive"
 SCALING_LIMITED = "ScalingLimited"
 METRICS_UNAVAILABLE = "MetricsUnavailable"
 
-# SM active at or above this means the pods are saturated: demand may be far above what they show.
-SATURATED_SM_ACTIVE = 0.9
 
 # How long history is kept: the longest window/period the API allows.
 _HISTORY_SECONDS = 3600.0
 _EPS = 1e-9
 
 Direction = Literal["up", "down", "none"]
-
-
-# --------------------------------------------------------------------------- observations
-
-
-@dataclass(frozen=True)
-class PodSample:
-    """One per-pod metric value and the time it was measured (seconds, same clock as `now`)."""
-
-    value: float
-    timestamp: float
-
-
-@dataclass(frozen=True)
-class MetricReading:
-    """What a metric source returned: per-pod samples, or why there are none.
-
-    `error` set means the source failed (timeout, HTTP error, bad response): the policy holds.
-    """
-
-    samples: Mapping[str, PodSample] = field(default_factory=dict)
-    error: str | None = None
-
-    @classmethod
-    def unavailable(cls, error: str) -> MetricReading:
-        return cls(samples={}, error=error)
-
-
-@dataclass(frozen=True)
-class PodState:
-    """A pod of the pool as the controller sees it."""
-
-    name: str
-    ready: bool
-    model_loaded: bool = True
-    scheduled: bool = True
-
-    @property
-    def serving(self) -> bool:
-        return self.ready and self.model_loaded
-
-
-@dataclass(frozen=True)
-class PrecomputeSignals:
-    """Queue and priority signals of a SolarisPrecompute pool. None means unknown."""
-
-    backlog: int | None = None
-    oldest_item_age_seconds: float | None = None
-    ranker_over_slo: bool = False
-    ranker_message: str = ""
-
-
-@dataclass(frozen=True)
-class Observation:
-    """Everything the policy needs to know about the pool at one sync."""
-
-    current_replicas: int
-    pods: Sequence[PodState]
-    metrics: MetricReading
-    gpus_per_replica: int = 1
-    free_gpus: int | None = None
-    precompute: PrecomputeSignals | None = None
-    queue: MetricReading | None = None  # seconds of queued work per pod (`metrics.queue`); None: not read
-
-
-# A pod condition (e.g. set through a readiness gate) saying the model is on local disk and loaded.
-MODEL_LOADED_CONDITION = "gem.dev/ModelLoaded"
-
-
-def pod_states(pods: Iterable[Mapping[str, Any]]) -> list[PodState]:
-    """PodStates from Pod objects (dicts as the API returns them). Pure.
-
-    Terminating and finished pods are left out. `model_loaded` is the `gem.dev/ModelLoaded`
-    condition when the pod has one; otherwise every init container (the model loader) must have
-    exited 0.
-    """
-    out: list[PodState] = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        status = pod.get("status") or {}
-        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
-            continue
-        conds = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, Mapping)}
-        ready = conds.get("Ready") == "True"
-        if MODEL_LOADED_CONDITION in conds:
-            loaded = conds[MODEL_LOADED_CONDITION] == "True"
-        else:
-            inits = status.get("initContainerStatuses") or []
-            loaded = all(((s.get("state") or {}).get("terminated") or {}).get("exitCode") == 0 for s in inits) and (
-                bool(inits) or ready
-            )
-        scheduled = bool((pod.get("spec") or {}).get("nodeName")) or conds.get("PodScheduled") == "True"
-        out.append(PodState(name=str(meta.get("name", "")), ready=ready, model_loaded=loaded, scheduled=scheduled))
-    return out
-
-
-# --------------------------------------------------------------------------- state
-
-
-@dataclass(frozen=True)
-class ScalerState:
-    """History carried between syncs; a plain value (see `to_dict` / `from_dict`).
-
-    recommendations: (time, replicas) per sync with a usable signal (stabilisation windows).
-    events: (time, delta) per applied change (rate policies).
-    backlog_empty_since: when the precompute backlog was last seen becoming empty.
-    queue: (time, mean queued seconds per Ready pod) at the last sync with a queue reading; the
-        next sync turns the change into a growth rate (how far arrivals exceed capacity).
-    """
-
-    recommendations: tuple[tuple[float, int], ...] = ()
-    events: tuple[tuple[float, int], ...] = ()
-    backlog_empty_since: float | None = None
-    queue: tuple[float, float] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "recommendations": [[t, n] for t, n in self.recommendations],
-            "events": [[t, d] for t, d in self.events],
-            "backlogEmptySince": self.backlog_empty_since,
-            "queue": None if self.queue is None else list(self.queue),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> ScalerState:
-        """Parse `to_dict` output; anything malformed yields a fresh state (safe: it only forgets)."""
-        if not data:
-            return cls()
-        try:
-            recs = tuple((float(t), int(n)) for t, n in data.get("recommendations", []))
-            events = tuple((float(t), int(d)) for t, d in data.get("events", []))
-            since = data.get("backlogEmptySince")
-            q = data.get("queue")
-            queue = None if q is None else (float(q[0]), float(q[1]))
-            return cls(recs, events, None if since is None else float(since), queue)
-        except (TypeError, ValueError):
-            return cls()
-
 
 # --------------------------------------------------------------------------- decision
 
@@ -229,6 +116,9 @@ class Decision:
     metric_value: float | None = None
     metric_timestamp: float | None = None
     signals: Mapping[str, float] = field(default_factory=dict)
+    effective_target: float | None = None  # SM target scaled on (targetSmActive after the SLO feedback)
+    p99_ms: float | None = None  # the fresh p99 the SLO feedback read, if any
+    panicking: bool = False
 
     @property
     def direction(self) -> Direction:
@@ -243,147 +133,6 @@ class Decision:
             if cond.type == type_:
                 return cond
         raise KeyError(type_)
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _ceil(x: float) -> int:
-    """ceil that ignores float noise: 0.6 * 10 / 0.6 is 10, not 11."""
-    return max(0, math.ceil(x - _EPS))
-
-
-@dataclass(frozen=True)
-class _Signal:
-    recommendation: int | None  # None: hold
-    reason: str
-    message: str
-    metric_value: float | None = None
-    metric_timestamp: float | None = None
-    metrics_problem: str | None = None  # set when MetricsUnavailable
-    metrics_reason: str = "MetricsFresh"
-    queue: tuple[float, float] | None = None  # (now, mean queued seconds) to remember for the next sync
-
-
-def _sm_signal(
-    spec: AutoscalingSpec,
-    obs: Observation,
-    now: float,
-    saturation: float | None,
-    last_queue: tuple[float, float] | None = None,
-) -> _Signal:
-    current = obs.current_replicas
-    serving = [p.name for p in obs.pods if p.serving]
-    reading = obs.metrics
-    if reading.error is not None:
-        return _Signal(
-            None,
-            "MetricsUnavailable",
-            f"metric source failed: {reading.error}",
-            metrics_problem=reading.error,
-            metrics_reason="SourceError",
-        )
-    if not serving and not obs.pods and obs.current_replicas == 0:
-        return _Signal(None, "ScaledToZero", "no replicas: nothing to measure")
-    if not serving:
-        msg = f"no Ready pod with the model loaded (of {len(obs.pods)} pods)"
-        return _Signal(None, "NoReadyPods", msg, metrics_problem=msg, metrics_reason="NoReadyPods")
-    stale_after = spec.metrics.stale_after_seconds
-    fresh: dict[str, PodSample] = {}
-    newest: float | None = None
-    for pod in serving:
-        sample = reading.samples.get(pod)
-        if sample is None or not math.isfinite(sample.value):
-            continue
-        newest = sample.timestamp if newest is None else max(newest, sample.timestamp)
-        if now - sample.timestamp <= stale_after:
-            fresh[pod] = sample
-    if not fresh:
-        if newest is None:
-            msg = f"no samples for the {len(serving)} Ready pods"
-            return _Signal(None, "MetricsUnavailable", msg, metrics_problem=msg, metrics_reason="MetricsMissing")
-        msg = f"newest sample is {now - newest:.0f}s old (staleAfterSeconds={stale_after})"
-        return _Signal(None, "MetricsUnavailable", msg, metrics_problem=msg, metrics_reason="MetricsStale")
-
-    target = spec.target_sm_active
-    values = [max(0.0, s.value) for s in fresh.values()]
-    sm_usage = sum(values)
-    sm_avg = sm_usage / len(values)
-    stamp = max(s.timestamp for s in fresh.values())
-    ready = len(serving)
-    missing = ready - len(fresh)
-    # Demand beyond what SM active can show. Queued seconds `b` grow at `arrivals / capacity - 1`
-    # per second, so the growth `g` since the last sync says how far demand exceeds what the pods
-    # serve; `b / drain` more empties the queue within `drainSeconds`. A pod's SM usage is scaled
-    # by `1 + g + b / drain`. Only fresh queue samples of pods with a fresh SM sample count; a
-    # missing one means an empty queue, so the queue can raise the recommendation, never lower it.
-    queued = _fresh_queue(obs.queue, fresh, now, stale_after)
-    drain = float(spec.metrics.queue.drain_seconds)
-    mean_queue = sum(queued.values()) / len(fresh)
-    growth = 0.0
-    if last_queue is not None and 0 < now - last_queue[0] <= stale_after:
-        growth = max(0.0, (mean_queue - last_queue[1]) / (now - last_queue[0]))
-    remember = (now, mean_queue) if obs.queue is not None and obs.queue.error is None else None
-    usage = sum(max(0.0, s.value) * (1 + growth + queued.get(pod, 0.0) / drain) for pod, s in fresh.items())
-    avg = usage / len(values)
-    ratio = avg / target
-    tol = spec.tolerance
-    note = f" ({missing} Ready pods without a fresh sample)" if missing else ""
-    base = f"SM active {sm_avg:.2f} vs target {target:.2f} over {len(fresh)} Ready pods{note}"
-    if queued or growth > 0:
-        worst = max(queued.values(), default=0.0)
-        base += f", queue up to {worst:.1f}s of work growing {growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
-    if ratio > 1 + tol.up + _EPS:
-        # Missing pods count as idle: only scale up if the measured usage alone justifies it.
-        want = _ceil(usage / target)
-        reason = "QueuedWork" if usage > sm_usage * (1 + tol.up) else "HighSmActive"
-        if saturation is not None and target < saturation <= sm_avg and not missing and remember is None:
-            # Saturated and no queue signal to say by how much: SM active cannot rise further, so
-            # the ratio only bounds demand from below. Like a panic mode, ask for at least twice the
-            # Ready pods (once per start-up wave: pods still loading count toward it).
-            want = max(want, 2 * ready)
-            reason = "SaturatedSmActive"
-        if usage / (ready * target) <= 1 + tol.up or want <= current:
-            return _Signal(
-                current,
-                "CapacityPending",
-                base + "; capacity already sufficient or on its way",
-                sm_avg,
-                stamp,
-                queue=remember,
-            )
-        return _Signal(want, reason, f"{base}: {want} replicas", sm_avg, stamp, queue=remember)
-    if ratio < 1 - tol.down - _EPS:
-        # Missing pods count as on target; pods still loading are kept.
-        adj = (usage + missing * target) / (ready * target)
-        if adj >= 1 - tol.down:
-            return _Signal(
-                current,
-                "WithinTolerance",
-                base + "; missing samples keep it in the band",
-                sm_avg,
-                stamp,
-                queue=remember,
-            )
-        want = min(current, _ceil(ready * adj) + max(0, current - ready))
-        return _Signal(want, "LowSmActive", f"{base}: {want} replicas", sm_avg, stamp, queue=remember)
-    return _Signal(current, "WithinTolerance", f"{base}: inside the tolerance band", sm_avg, stamp, queue=remember)
-
-
-def _fresh_queue(
-    reading: MetricReading | None, fresh: Mapping[str, PodSample], now: float, stale_after: float
-) -> dict[str, float]:
-    """Queued seconds of work per pod, for pods with a fresh SM sample and a fresh, positive queue sample."""
-    if reading is None or reading.error is not None:
-        return {}
-    out: dict[str, float] = {}
-    for pod in fresh:
-        sample = reading.samples.get(pod)
-        if sample is None or not math.isfinite(sample.value) or sample.value <= 0:
-            continue
-        if now - sample.timestamp <= stale_after:
-            out[pod] = sample.value
-    return out
 
 
 def _rate_limits(
@@ -411,7 +160,7 @@ def _rate_limits(
             if pol.pods is not None:
                 bound = min(bound, start - pol.pods)
             if pol.percent is not None:
-                bound = min(bound, _ceil(start * (1 - pol.percent / 100)))
+                bound = min(bound, ceil_(start * (1 - pol.percent / 100)))
             bound = max(0, bound)
             best = bound if best is None else min(best, bound)
     if best is None:
@@ -438,10 +187,17 @@ def desired_replicas(
     now: float,
     *,
     saturation: float | None = SATURATED_SM_ACTIVE,
+    slo_p99_ms: float | None = None,
 ) -> Decision:
     """One sync of the autoscaler. Pure: the same inputs give the same Decision (and new state).
 
     `saturation`: mean SM active at which pods count as saturated (None: the plain HPA ratio).
+    `slo_p99_ms`: the service's `spec.slo.p99LatencyMs`; with `observation.latency` it drives the
+    SLO feedback (`slo.py`). Either missing: the effective target stays where the state has it
+    (`targetSmActive` for a fresh state) and nothing else changes.
+
+    This is the one entry point every driver calls: the operator's controller, `gemop replay`,
+    `gemop demo` (through the operator) and the closed-loop load test. Keep its signature.
     """
     obs = observation
     current = max(0, obs.current_replicas)
@@ -451,7 +207,12 @@ def desired_replicas(
     events = tuple((t, d) for t, d in state.events if t > horizon)
     empty_since = state.backlog_empty_since
 
-    sig = _sm_signal(spec, obs, now, saturation, state.queue)
+    held_target = effective_target(spec, state)
+    sig = sm_signal(spec, obs, now, saturation, state.queue, target=held_target, last_backlog=state.backlog)
+    slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=sig.overloaded)
+    if slo.target != held_target:
+        sig = sm_signal(spec, obs, now, saturation, state.queue, target=slo.target, last_backlog=state.backlog)
+    pan = panic_step(spec, state, obs, now, slo.target, saturation)
     signals: dict[str, float] = {}
     if sig.recommendation is not None:
         signals["smActive"] = float(sig.recommendation)
@@ -469,7 +230,7 @@ def desired_replicas(
         ready = sum(1 for p in obs.pods if p.serving)
         queue_recs: list[tuple[int, str, str]] = []
         if pre.backlog is not None:
-            b = _ceil(pre.backlog / spec.backlog_target_per_replica)
+            b = ceil_(pre.backlog / spec.backlog_target_per_replica)
             signals["backlog"] = float(b)
             queue_recs.append((b, "Backlog", f"backlog {pre.backlog} / {spec.backlog_target_per_replica} per replica"))
             if pre.backlog > 0:
@@ -478,7 +239,7 @@ def desired_replicas(
                 empty_since = now
         if pre.oldest_item_age_seconds is not None and (pre.backlog is None or pre.backlog > 0):
             half = spec.deadline_seconds / 2
-            d = _ceil(max(ready, 1) * pre.oldest_item_age_seconds / half)
+            d = ceil_(max(ready, 1) * pre.oldest_item_age_seconds / half)
             signals["deadline"] = float(d)
             queue_recs.append(
                 (
@@ -522,7 +283,10 @@ def desired_replicas(
         reason = sig.reason
     else:
         if not skip_stabilisation:
-            recs = (*recs, (now, rec))
+            # Capacity ordered only to drain a backlog, or already on its way, is not held for the
+            # down window: around a backlog the history records what the arrivals need.
+            remembered = sig.steady if sig.steady is not None and rec == sig.recommendation else rec
+            recs = (*recs, (now, remembered))
         if skip_stabilisation:
             stabilised = rec
         else:
@@ -537,13 +301,25 @@ def desired_replicas(
                 stabilised = down_rec
             if stabilised != rec:
                 message += f"; stabilised to {stabilised}"
+    if slo.message:
+        message += f"; {slo.message}"
+
+    # Panic: the short window's recommendation applies at once (no up window, no rate policy).
+    panic_up = False
+    if pan.panicking and not yielding and not held:
+        want = max(stabilised, pan.recommendation or 0)
+        if want > stabilised and want > current:
+            reason = "Panic"
+        message += f"; {pan.message}"
+        panic_up = want > current
+        stabilised = want
 
     # Rate policies.
     limited: tuple[bool, str, str] = (False, "DesiredWithinRange", "the desired count is within range")
     desired = stabilised
     if desired > current:
         up_limit = _rate_limits(spec.policies.scale_up, events, now, current, up=True)
-        if desired > up_limit:
+        if desired > up_limit and not panic_up:
             limited = (
                 True,
                 "ScaleUpLimit",
@@ -562,6 +338,12 @@ def desired_replicas(
                     f"allow {gpu_cap} replicas (wanted {desired})",
                 )
                 desired = max(current, gpu_cap)
+    elif desired < current and not yielding and (pan.panicking or slo.over_slo):
+        # An over-SLO p99 or a panic blocks scale-down: the pool is short of capacity, not idle.
+        why = pan.message if pan.panicking else slo.message
+        limited = (True, "Panic" if pan.panicking else "LatencyOverSlo", f"no scale-down (wanted {desired}): {why}")
+        message += f"; no scale-down to {desired}"
+        desired = current
     elif desired < current:
         down_limit = _rate_limits(spec.policies.scale_down, events, now, current, up=False)
         if desired < down_limit:
@@ -601,7 +383,19 @@ def desired_replicas(
     else:
         active = (True, "ValidMetricsFound" if sig.recommendation is not None else reason, message)
 
-    new_state = replace(state, recommendations=recs, events=events, backlog_empty_since=empty_since, queue=sig.queue)
+    learned = slo.target if state.effective_target is not None or slo.target != spec.target_sm_active else None
+    new_state = replace(
+        state,
+        recommendations=recs,
+        events=events,
+        backlog_empty_since=empty_since,
+        queue=sig.queue,
+        backlog=sig.backlog,
+        effective_target=learned,
+        slo_good_since=slo.good_since,
+        slo_last_decrease=slo.last_decrease,
+        panic_until=pan.until,
+    )
     return Decision(
         desired_replicas=desired,
         current_replicas=current,
@@ -613,6 +407,9 @@ def desired_replicas(
         metric_value=sig.metric_value,
         metric_timestamp=sig.metric_timestamp,
         signals=signals,
+        effective_target=slo.target,
+        p99_ms=slo.p99_ms,
+        panicking=pan.panicking,
     )
 
 
@@ -645,6 +442,7 @@ __all__ = [
     "SCALING_LIMITED",
     "ConditionValue",
     "Decision",
+    "LatencyReading",
     "MetricReading",
     "Observation",
     "PodSample",

@@ -22,8 +22,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import aiohttp
 
-from gem_operator.api.autoscaling import DEFAULT_SM_QUERY, PrometheusSource, QueueSignal
-from gem_operator.autoscaling.policy import MetricReading, PodSample, PrecomputeSignals
+from gem_operator.api.autoscaling import (
+    DEFAULT_LATENCY_QUERY,
+    DEFAULT_SM_QUERY,
+    LatencySignal,
+    PrometheusSource,
+    QueueSignal,
+)
+from gem_operator.autoscaling.observation import LatencyReading, MetricReading, PodSample, PrecomputeSignals
 
 # Scrape time of every raw SM-active series behind DEFAULT_SM_QUERY.
 DEFAULT_SM_TIMESTAMP_QUERY = (
@@ -182,6 +188,104 @@ def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float,
     return out
 
 
+# --------------------------------------------------------------------------- latency
+
+# Scrape time of the histogram's raw series behind DEFAULT_LATENCY_QUERY: rate() over [1m] keeps
+# answering for a minute after the last scrape, so freshness is judged on the scrape time.
+DEFAULT_LATENCY_TIMESTAMP_QUERY = (
+    'max(timestamp(gem_ranking_request_seconds_count{namespace="$namespace", pod=~"$pods"}))'
+)
+
+
+@runtime_checkable
+class LatencySource(Protocol):
+    """The p99 latency of a pool (one value for some pods of one namespace)."""
+
+    async def read_latency(self, namespace: str, pods: Sequence[str]) -> LatencyReading: ...
+
+
+class PrometheusLatencySource:
+    """Reads the pool's p99 (`metrics.latency.query`, in seconds) from Prometheus `/api/v1/query`.
+
+    Same contract as the SM source: a failed query, an empty vector or a NaN (histogram_quantile
+    over a window without requests) is `LatencyReading.unavailable`, never a low latency. For the
+    default query the sample time is the histogram's last scrape (`timestamp(...)`), so the
+    policy's `staleAfterSeconds` sees a server that stopped reporting.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        query: str = DEFAULT_LATENCY_QUERY,
+        *,
+        timestamp_query: str | None = None,
+        timeout_seconds: float = 5.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.query = query
+        if timestamp_query is None and query == DEFAULT_LATENCY_QUERY:
+            timestamp_query = DEFAULT_LATENCY_TIMESTAMP_QUERY
+        self.timestamp_query = timestamp_query
+        self.timeout_seconds = timeout_seconds
+
+    @classmethod
+    def from_spec(
+        cls, spec: PrometheusSource, latency: LatencySignal, *, timeout_seconds: float = 5.0
+    ) -> PrometheusLatencySource:
+        return cls(spec.url, latency.query, timeout_seconds=timeout_seconds)
+
+    async def read_latency(self, namespace: str, pods: Sequence[str]) -> LatencyReading:
+        if not pods:
+            return LatencyReading.unavailable("no pods to read latency for")
+        timeout = aiohttp.ClientTimeout(total=self.timeout_seconds)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                value_q = render_query(self.query, namespace, pods)
+                value = await self._one(session, value_q)
+                stamp = None
+                if self.timestamp_query is not None:
+                    stamp = await self._one(session, render_query(self.timestamp_query, namespace, pods))
+        except PrometheusError as exc:
+            return LatencyReading.unavailable(str(exc))
+        if value is None or not math.isfinite(value[0]):
+            return LatencyReading.unavailable(f"no p99 value (no requests in the window?): {value_q}")
+        if self.timestamp_query is not None and (stamp is None or not math.isfinite(stamp[0])):
+            return LatencyReading.unavailable(f"the latency histogram has no fresh series: {value_q}")
+        when = stamp[0] if stamp is not None else value[1]
+        return LatencyReading(p99_ms=max(0.0, value[0]) * 1000.0, timestamp=when)
+
+    async def _one(self, session: aiohttp.ClientSession, query: str) -> tuple[float, float] | None:
+        """The first sample of an instant vector as (value, evaluation time); None when empty."""
+        endpoint = f"{self.url}/api/v1/query"
+        try:
+            async with session.get(endpoint, params={"query": query}) as resp:
+                text = await resp.text()
+                if resp.status != 200:
+                    raise PrometheusError(f"{endpoint} answered HTTP {resp.status}: {text[:200]}")
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError as exc:
+                    raise PrometheusError(f"{endpoint} returned a body that is not JSON: {text[:200]}") from exc
+        except TimeoutError as exc:
+            raise PrometheusError(f"{endpoint} timed out after {self.timeout_seconds:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise PrometheusError(f"{endpoint} unreachable: {exc}") from exc
+        if not isinstance(body, Mapping) or body.get("status") != "success":
+            status = body.get("status") if isinstance(body, Mapping) else None
+            raise PrometheusError(f"{endpoint}: status {status!r}")
+        data = body.get("data")
+        if not isinstance(data, Mapping) or data.get("resultType") != "vector":
+            raise PrometheusError(f"{endpoint}: expected an instant vector")
+        result = data.get("result") or []
+        if not result:
+            return None
+        try:
+            stamp, raw = result[0]["value"]
+            return float(raw), float(stamp)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise PrometheusError(f"{endpoint}: malformed sample {result[0]!r}") from exc
+
+
 class SimulatedSource:
     """Values pushed in by the embedded cluster's simulator (or a test); same contract as Prometheus."""
 
@@ -189,6 +293,16 @@ class SimulatedSource:
         self._samples: dict[tuple[str, str], PodSample] = {}
         self._error: str | None = None
         self._precompute: dict[str, PrecomputeSignals] = {}
+        self._latency: dict[str, LatencyReading] = {}
+
+    def push_latency(self, namespace: str, p99_ms: float, timestamp: float) -> None:
+        """The p99 (ms) of a namespace's ranking pool, as the latency query would return it."""
+        self._latency[namespace] = LatencyReading(p99_ms=p99_ms, timestamp=timestamp)
+
+    async def read_latency(self, namespace: str, pods: Sequence[str]) -> LatencyReading:
+        if self._error is not None:
+            return LatencyReading.unavailable(self._error)
+        return self._latency.get(namespace) or LatencyReading.unavailable(f"no simulated latency in {namespace!r}")
 
     def push_precompute(self, namespace: str, signals: PrecomputeSignals) -> None:
         """Backlog, oldest age and ranker pressure seen by a namespace's precompute pool."""
@@ -227,10 +341,7 @@ class SimulatedSource:
 # Metric names the workloads export (docs/contracts.md).
 BACKLOG_QUERY = 'sum(gem_precompute_backlog{namespace="$namespace", pod=~"$pods"})'
 OLDEST_AGE_QUERY = 'max(gem_precompute_oldest_item_age_seconds{namespace="$namespace", pod=~"$pods"})'
-RANKER_P99_QUERY = (
-    "histogram_quantile(0.99, sum by (le) "
-    '(rate(gem_ranking_request_seconds_bucket{namespace="$namespace", pod=~"$pods"}[1m])))'
-)
+RANKER_P99_QUERY = DEFAULT_LATENCY_QUERY
 
 
 @runtime_checkable
@@ -297,10 +408,13 @@ class PrometheusPrecomputeSignals:
 
 
 __all__ = [
+    "DEFAULT_LATENCY_TIMESTAMP_QUERY",
     "DEFAULT_SM_TIMESTAMP_QUERY",
+    "LatencySource",
     "MetricSource",
     "PrecomputeSignalSource",
     "PrometheusError",
+    "PrometheusLatencySource",
     "PrometheusPrecomputeSignals",
     "PrometheusSmActiveSource",
     "SimulatedSource",

@@ -142,6 +142,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         replay_seconds=args.replay_seconds,
         plot=args.plot,
+        scale_mode=args.scale_mode,
     )
 
 
@@ -212,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for resources to settle")
     demo.add_argument("--replay-seconds", type=int, default=40, help="length of the autoscaling replay (0 skips it)")
     demo.add_argument("--plot", type=Path, default=None, help="write the scaling timeline as a PNG")
+    demo.add_argument(
+        "--scale-mode",
+        choices=("independent", "duplicate"),
+        default="independent",
+        help="how the trace is scaled to the demo's load (as `gemop replay --scale-mode`)",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     sim = sub.add_parser("sim", help="the embedded cluster")

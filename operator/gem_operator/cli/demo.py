@@ -23,6 +23,8 @@ from rich.table import Table
 
 from gem_operator.api.crd import gem_crds
 from gem_operator.api.kinds import KINDS, KindInfo, kind_info
+from gem_operator.autoscaling.observation import LatencyReading
+from gem_operator.autoscaling.service_model import ServiceModel
 from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
 from gem_operator.controllers.autoscaler import use_metric_sources
@@ -219,11 +221,44 @@ def _child_state(kind: str, obj: Mapping[str, Any]) -> str:
     return ", ".join(sorted(obj.get("data", {})))
 
 
-def trace_load_curve(trace: Path, seconds: int, peak: float) -> list[float]:
-    """Per-minute request rate of the trace, scaled so its busiest minute is ``peak`` cost units/s."""
+class DemoLatency:
+    """The ranker's p99 as the latency histogram would show it, from the simulated SM and queue.
+
+    A stand-in for `metrics.latency` in the embedded cluster (which runs no ranking server): the
+    mean simulated SM active of the pods gives their utilisation through the service model's SM
+    curve, the queued seconds add their wait, and the model's latency curve gives the p99. Same
+    contract as the Prometheus source: no samples, no value (unavailable, never low).
+    """
+
+    def __init__(self, sm: SimulatedSource, queue: SimulatedSource, model: ServiceModel | None = None) -> None:
+        self.sm, self.queue, self.model = sm, queue, model or ServiceModel()
+
+    async def read_latency(self, namespace: str, pods: Sequence[str]) -> LatencyReading:
+        sm = self.sm.read_now(namespace, pods)
+        if sm.error is not None or not sm.samples:
+            return LatencyReading.unavailable(sm.error or "no simulated samples")
+        mean_sm = sum(s.value for s in sm.samples.values()) / len(sm.samples)
+        queued = self.queue.read_now(namespace, pods)
+        wait = max((s.value for s in queued.samples.values()), default=0.0) if queued.error is None else 0.0
+        util = self.model.utilisation_for_sm(mean_sm)
+        stamp = max(s.timestamp for s in sm.samples.values())
+        return LatencyReading(p99_ms=self.model.p99_ms(util, wait), timestamp=stamp)
+
+
+def trace_load_curve(trace: Path, seconds: int, peak: float, scale_mode: str = "independent") -> list[float]:
+    """Per-minute request rate of the trace, scaled so its busiest minute is ``peak`` cost units/s.
+
+    The trace is first scaled to about ``peak`` with ``scale_mode`` (as `gemop replay --scale-mode`),
+    then averaged per minute: one trace minute lasts one demo second, so the mode shows only through
+    the per-minute means (independent users fill the trace's idle minutes at its 5-minute trend).
+    """
     from gem_operator.autoscaling.replay import load_trace, to_series
 
-    series = to_series(load_trace(trace), smooth_seconds=1)
+    arrivals = load_trace(trace)
+    unit = to_series(arrivals, smooth_seconds=1, mode="duplicate")
+    top_minute = max(float(unit.requests[i : i + 60].mean()) for i in range(0, len(unit.requests), 60)) or 1.0
+    x = max(1.0, peak / top_minute)
+    series = to_series(arrivals, scale=x, smooth_seconds=1, mode=scale_mode)  # type: ignore[arg-type]
     per_minute = [
         float(series.requests[i : i + 60].mean()) for i in range(0, min(len(series.requests), 60 * seconds), 60)
     ]
@@ -236,10 +271,17 @@ def trace_load_curve(trace: Path, seconds: int, peak: float) -> list[float]:
 
 
 async def _replay_phase(
-    console: Console, kube: KubeApi, dcgm: SmActiveSimulator, curve: list[float], namespace: str
+    console: Console,
+    kube: KubeApi,
+    dcgm: SmActiveSimulator,
+    curve: list[float],
+    namespace: str,
+    scale_mode: str = "independent",
+    warmup_s: float = 0.0,
 ) -> list[tuple[float, float, int, int, float | None]]:
     """Drive the ranker's load from the trace and record what the autoscaler did."""
     timeline = []
+    latency: list[tuple[float, float | None, float | None]] = []
     started = time.monotonic()
     while (elapsed := time.monotonic() - started) < len(curve):
         load = dcgm_load(curve, elapsed)
@@ -247,17 +289,39 @@ async def _replay_phase(
         rks = await kube.get("gem.dev/v1alpha1", "RankingService", "ads-ranker", namespace) or {}
         status = rks.get("status") or {}
         metric = (status.get("lastMetric") or {}).get("value")
+        auto = status.get("autoscaling") or {}
+        latency.append((elapsed, auto.get("p99LatencyMs"), auto.get("effectiveTargetSmActive")))
         timeline.append(
             (elapsed, load, int((deploy.get("status") or {}).get("readyReplicas") or 0),
              int(status.get("desiredReplicas") or 0), metric)
         )  # fmt: skip
         await asyncio.sleep(1.0)
-    table = Table(title=f"Autoscaling on SM active: trace {TRACE.name}, one trace minute per second")
-    for col in ("t (s)", "load (units/s)", "ready replicas", "desired", "SM active"):
+    table = Table(
+        title=f"Autoscaling on SM active: trace {TRACE.name} (scale mode {scale_mode}), one trace minute per second"
+    )
+    for col in ("t (s)", "load (units/s)", "ready replicas", "desired", "SM active", "p99 (ms)", "SM target"):
         table.add_column(col, justify="right")
-    for t, load, ready, desired, metric in timeline[::2]:
-        table.add_row(f"{t:.0f}", f"{load:.0f}", str(ready), str(desired), "-" if metric is None else f"{metric:.2f}")
+    for i in range(0, len(timeline), 2):
+        t, load, ready, desired, metric = timeline[i]
+        _, p99, target = latency[i]
+        table.add_row(
+            f"{t:.0f}{' (warm-up)' if t < warmup_s else ''}",
+            f"{load:.0f}",
+            str(ready),
+            str(desired),
+            "-" if metric is None else f"{metric:.2f}",
+            "-" if p99 is None else f"{p99:.0f}",
+            "-" if target is None else f"{target:.2f}",
+        )
     console.print(table)
+    rks = await kube.get("gem.dev/v1alpha1", "RankingService", "ads-ranker", namespace) or {}
+    slo = float(((rks.get("spec") or {}).get("slo") or {}).get("p99LatencyMs", 50.0))
+    over = [(t, p99) for t, p99, _ in latency if p99 is not None and p99 > slo]
+    console.print(
+        f"p99 over the SLO ({slo:g} ms) in {sum(1 for t, _ in over if t >= warmup_s)} of "
+        f"{sum(1 for t, _, _ in latency if t >= warmup_s)} samples after the warm-up "
+        f"(first {warmup_s:.0f} s: {sum(1 for t, _ in over if t < warmup_s)} over, counted apart)"
+    )
     return timeline
 
 
@@ -276,6 +340,7 @@ def run_demo(
     replay_seconds: int = REPLAY_SECONDS,
     plot: Path | None = None,
     console: Console | None = None,
+    scale_mode: str = "independent",
 ) -> int:
     """Run the demo; 0 when every sample settled and the invalid one was rejected."""
     console = console or Console(width=max(shutil.get_terminal_size((160, 40)).columns, 140))
@@ -300,8 +365,12 @@ def run_demo(
         # A simulated dcgm-exporter and ranking-server queue: per-pod SM active and queued seconds
         # of work from the ranker's load, read by the autoscaler.
         source, queue_source = SimulatedSource(), SimulatedSource()
-        use_metric_sources(lambda _spec: source, lambda _spec: source, lambda _spec: queue_source)
-        curve = trace_load_curve(TRACE, replay_seconds, peak=850.0) if replay_seconds else [60.0]
+        # The ranker's p99 from the same simulated pods: the SLO feedback runs as on a real cluster.
+        latency_source = DemoLatency(source, queue_source)
+        use_metric_sources(
+            lambda _spec: source, lambda _spec: source, lambda _spec: queue_source, lambda _spec: latency_source
+        )
+        curve = trace_load_curve(TRACE, replay_seconds, peak=850.0, scale_mode=scale_mode) if replay_seconds else [60.0]
         dcgm = SmActiveSimulator(cluster, source, queue_source=queue_source)
         ranker_pods = {"gem.dev/instance": "ads-ranker", "gem.dev/role": "server"}
         dcgm.add_pool("default", ranker_pods, lambda _t: dcgm_load(curve, _t - dcgm_offset[0]))
@@ -324,7 +393,12 @@ def run_demo(
                 await _summarise(console, kube, tracked, namespaces[0])
                 if replay_seconds:
                     dcgm_offset[0] = dcgm.elapsed()
-                    timeline = await _replay_phase(console, kube, dcgm, curve, namespaces[0])
+                    # Warm-up: a first pass (resync) plus a pod's start before a decision can serve.
+                    resync = float(os.environ.get("GEM_RESYNC_SECONDS", "2"))
+                    warmup = resync + lifecycle.start_delay + lifecycle.ready_delay + lifecycle.init_delay
+                    timeline = await _replay_phase(
+                        console, kube, dcgm, curve, namespaces[0], scale_mode=scale_mode, warmup_s=warmup
+                    )
                     if plot is not None:
                         _plot(timeline, plot)
                         console.print(f"plot written to {plot}")

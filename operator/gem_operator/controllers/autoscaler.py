@@ -22,8 +22,10 @@ from gem_operator.autoscaling.policy import (
     pod_states,
 )
 from gem_operator.autoscaling.sources import (
+    LatencySource,
     MetricSource,
     PrecomputeSignalSource,
+    PrometheusLatencySource,
     PrometheusPrecomputeSignals,
     PrometheusSmActiveSource,
 )
@@ -35,20 +37,26 @@ from gem_operator.topology import cluster_view_from_objects
 
 SourceFactory = Callable[[AutoscalingSpec], MetricSource]
 SignalFactory = Callable[[AutoscalingSpec], PrecomputeSignalSource]
+LatencyFactory = Callable[[AutoscalingSpec], LatencySource]
 _sources: dict[str, Any] = {}
 
 
 def use_metric_sources(
-    sm: SourceFactory | None, precompute: SignalFactory | None = None, queue: SourceFactory | None = None
+    sm: SourceFactory | None,
+    precompute: SignalFactory | None = None,
+    queue: SourceFactory | None = None,
+    latency: LatencyFactory | None = None,
 ) -> None:
     """Replace where the autoscaler reads its signals (the embedded cluster's simulated DCGM).
 
     The default reads Prometheus at ``spec.autoscaling.metrics.prometheus.url``. Replacing the SM
-    source without a queue source turns the queue signal off (nothing to read it from).
+    source without a queue (latency) source turns the queue (latency) signal off: nothing to read
+    it from, and without a latency reading the SLO feedback holds.
     """
     _sources["sm"] = sm
     _sources["precompute"] = precompute
     _sources["queue"] = queue
+    _sources["latency"] = latency
 
 
 def _sm_source(spec: AutoscalingSpec) -> MetricSource:
@@ -63,6 +71,15 @@ def _queue_source(spec: AutoscalingSpec) -> MetricSource | None:
     if _sources.get("sm") or not spec.metrics.queue.enabled:
         return None
     return PrometheusSmActiveSource.for_queue(spec.metrics.prometheus, spec.metrics.queue)
+
+
+def _latency_source(spec: AutoscalingSpec) -> LatencySource | None:
+    factory = _sources.get("latency")
+    if factory:
+        return factory(spec)  # type: ignore[no-any-return]
+    if _sources.get("sm") or not spec.metrics.latency.enabled or not spec.slo_feedback.enabled:
+        return None
+    return PrometheusLatencySource.from_spec(spec.metrics.prometheus, spec.metrics.latency)
 
 
 def _precompute_source(spec: AutoscalingSpec) -> PrecomputeSignalSource:
@@ -119,6 +136,13 @@ async def autoscale(
     queue_source = _queue_source(scaling) if isinstance(spec, RankingServiceSpec) else None
     if queue_source is not None and serving:
         queue = await queue_source.read(ctx.namespace, serving)
+    latency = None
+    slo_ms = None
+    if isinstance(spec, RankingServiceSpec):
+        slo_ms = spec.slo.p99_latency_ms
+        latency_source = _latency_source(scaling)
+        if latency_source is not None and serving:
+            latency = await latency_source.read_latency(ctx.namespace, serving)
     observation = Observation(
         current_replicas=current,
         pods=states,
@@ -127,8 +151,9 @@ async def autoscale(
         free_gpus=free_gpus(nodes, all_pods) if spec.gpus_per_replica else None,
         precompute=precompute,
         queue=queue,
+        latency=latency,
     )
-    decision = desired_replicas(scaling, state, observation, ctx.now.timestamp())
+    decision = desired_replicas(scaling, state, observation, ctx.now.timestamp(), slo_p99_ms=slo_ms)
     fields = outcome.draft.fields
     fields["scalerState"] = json.dumps(decision.state.to_dict(), separators=(",", ":"))
     fields["lastScaleTime"] = status.get("lastScaleTime")
@@ -137,6 +162,13 @@ async def autoscale(
         fields["lastMetric"] = {"value": round(decision.metric_value, 4), "timestamp": _iso(decision.metric_timestamp)}
     else:
         fields["lastMetric"] = status.get("lastMetric")
+    seen = status.get("autoscaling")
+    previous: Mapping[str, Any] = seen if isinstance(seen, Mapping) else {}
+    fields["autoscaling"] = {
+        "effectiveTargetSmActive": round(decision.effective_target or scaling.target_sm_active, 4),
+        "p99LatencyMs": round(decision.p99_ms, 2) if decision.p99_ms is not None else previous.get("p99LatencyMs"),
+        "panicking": decision.panicking,
+    }
     for cond in decision.conditions:
         outcome.draft.condition(cond.type, cond.status, cond.reason, cond.message)
     if decision.desired_replicas != current:
@@ -147,6 +179,9 @@ async def autoscale(
         outcome.events.append(
             ("Normal", "Scaled", f"{current} -> {decision.desired_replicas} replicas: {decision.message}")
         )
+    metrics.EFFECTIVE_TARGET.labels(kind, ctx.namespace, ctx.name).set(
+        decision.effective_target or scaling.target_sm_active
+    )
     if decision.metric_value is not None:
         metrics.SM_ACTIVE.labels(kind, ctx.namespace, ctx.name).set(decision.metric_value)
     return decision.desired_replicas

@@ -26,6 +26,11 @@ SCALING_DECISIONS = Counter(
 SM_ACTIVE = Gauge(
     "gem_operator_pool_sm_active", "Last SM-active reading the autoscaler used.", ["kind", "namespace", "name"]
 )
+EFFECTIVE_TARGET = Gauge(
+    "gem_operator_pool_effective_target_sm_active",
+    "SM target the autoscaler scales on (targetSmActive after the SLO feedback).",
+    ["kind", "namespace", "name"],
+)
 INVALID_SPECS = Counter("gem_operator_invalid_spec_total", "Resources rejected as InvalidSpec.", ["kind"])
 
 _started: set[int] = set()

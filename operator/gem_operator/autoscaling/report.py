@@ -1,0 +1,141 @@
+"""What a replay measured, per pool: GPU-hours, p99 and SLO minutes per minute, scaling events.
+
+`ReplayReport.to_table()` is what `gemop replay` prints; `to_dict()` its JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gem_operator.autoscaling.service_model import ServiceModel
+
+POLICY = "policy"
+STATIC_PEAK = "static_peak"
+HPA_RPS = "hpa_rps"
+POOLS = (POLICY, STATIC_PEAK, HPA_RPS)
+
+
+@dataclass
+class PoolResult:
+    """What one policy did over the run."""
+
+    name: str
+    gpu_hours: float
+    slo_violation_minutes: int
+    direction_changes_per_hour: float
+    peak_replicas: int
+    scaling_events: int
+    mean_replicas: float
+    replicas_per_minute: list[float]
+    p99_ms_per_minute: list[float | None]
+    sm_active_per_minute: list[float]
+    events: list[tuple[float, int, int, str]] = field(default_factory=list)
+    warmup_violation_minutes: int = 0  # over the SLO before the first decision could take effect
+    judged_minutes: int = 0  # minutes after the warm-up (what slo_violation_minutes counts)
+    effective_target_per_minute: list[float | None] = field(default_factory=list)
+
+    @property
+    def violation_pct(self) -> float:
+        return 100 * self.slo_violation_minutes / max(1, self.judged_minutes)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "gpu_hours": round(self.gpu_hours, 3),
+            "slo_violation_minutes": self.slo_violation_minutes,
+            "slo_violation_pct_after_warmup": round(self.violation_pct, 2),
+            "warmup_violation_minutes": self.warmup_violation_minutes,
+            "direction_changes_per_hour": round(self.direction_changes_per_hour, 2),
+            "peak_replicas": self.peak_replicas,
+            "scaling_events": self.scaling_events,
+            "mean_replicas": round(self.mean_replicas, 2),
+        }
+
+
+@dataclass
+class ReplayReport:
+    """Result of a replay: one PoolResult per policy, plus per-minute load."""
+
+    duration_seconds: int
+    slo_ms: float
+    service: str
+    trace: str
+    scale: float
+    model: ServiceModel
+    load_per_minute: list[float]
+    requests_per_minute: list[float]
+    results: dict[str, PoolResult]
+    scale_mode: str = "duplicate"
+    warmup_minutes: int = 0
+
+    @property
+    def minutes(self) -> int:
+        return len(self.load_per_minute)
+
+    @property
+    def judged_minutes(self) -> int:
+        """Minutes after the warm-up: the denominator of the SLO-violation share."""
+        return max(0, self.minutes - self.warmup_minutes)
+
+    def to_dict(self, timeline: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "duration_seconds": self.duration_seconds,
+            "service": self.service,
+            "trace": self.trace,
+            "scale": self.scale,
+            "scale_mode": self.scale_mode,
+            "warmup_minutes": self.warmup_minutes,
+            "slo_p99_ms": self.slo_ms,
+            "service_model": self.model.describe(),
+            "policy": self.results[POLICY].summary(),
+            "baselines": {k: self.results[k].summary() for k in (STATIC_PEAK, HPA_RPS)},
+        }
+        if timeline:
+            rows = []
+            for m in range(self.minutes):
+                row: dict[str, Any] = {
+                    "minute": m,
+                    "load_cost_per_s": round(self.load_per_minute[m], 2),
+                    "requests_per_s": round(self.requests_per_minute[m], 2),
+                }
+                for k, r in self.results.items():
+                    p99 = r.p99_ms_per_minute[m]
+                    row[k] = {
+                        "replicas": round(r.replicas_per_minute[m], 2),
+                        "sm_active": round(r.sm_active_per_minute[m], 3),
+                        "p99_ms": None if p99 is None else round(p99, 1),
+                    }
+                    if r.effective_target_per_minute:
+                        target = r.effective_target_per_minute[m]
+                        row[k]["effective_target"] = None if target is None else round(target, 3)
+                rows.append(row)
+            out["timeline"] = rows
+        return out
+
+    def to_table(self) -> str:
+        hours = self.duration_seconds / 3600
+        lines = [
+            f"replay of {self.trace} (x{self.scale:g}, scale mode {self.scale_mode}) against RankingService "
+            f"{self.service}: {hours:.2f} h, SLO p99 <= {self.slo_ms:g} ms, replica ready "
+            f"{self.model.startup_seconds:g} s after creation",
+            f"warm-up: the first {self.warmup_minutes} min (before a first decision can take effect) are counted "
+            f"apart; SLO minutes and % below are over the {self.judged_minutes} min after it",
+            f"{'pool':<12} {'GPU-h':>8} {'vs static':>9} {'SLO-viol min':>12} {'viol %':>7} {'warm-up':>7} "
+            f"{'dir chg/h':>9} {'events':>6} {'peak':>5} {'mean':>6}",
+        ]
+        static = self.results[STATIC_PEAK].gpu_hours
+        for k in POOLS:
+            r = self.results[k]
+            saving = f"{(r.gpu_hours / static - 1) * 100:+.0f}%" if static > 0 else "n/a"
+            pct = r.violation_pct
+            lines.append(
+                f"{k:<12} {r.gpu_hours:>8.2f} {saving:>9} {r.slo_violation_minutes:>12d} {pct:>6.1f}% "
+                f"{r.warmup_violation_minutes:>7d} "
+                f"{r.direction_changes_per_hour:>9.2f} {r.scaling_events:>6d} {r.peak_replicas:>5d} "
+                f"{r.mean_replicas:>6.1f}"
+            )
+        lines.append("('vs static' is the GPU-hour change against static peak provisioning; negative is fewer)")
+        return "\n".join(lines)
+
+
+__all__ = ["HPA_RPS", "POLICY", "POOLS", "STATIC_PEAK", "PoolResult", "ReplayReport"]

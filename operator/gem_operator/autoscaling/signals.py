@@ -1,0 +1,177 @@
+"""The SM-active signal: what one sync's per-pod readings say the replica count should be. Pure.
+
+`sm_signal` turns fresh SM-active samples of Ready pods (plus the queue signal) into a
+recommendation, or into a hold with the reason the data is unusable. See `policy.py` step 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample
+
+# SM active at or above this means the pods are saturated: demand may be far above what they show.
+SATURATED_SM_ACTIVE = 0.9
+
+EPS = 1e-9
+
+
+def ceil_(x: float) -> int:
+    """ceil that ignores float noise: 0.6 * 10 / 0.6 is 10, not 11."""
+    return max(0, math.ceil(x - EPS))
+
+
+@dataclass(frozen=True)
+class Signal:
+    recommendation: int | None  # None: hold
+    reason: str
+    message: str
+    metric_value: float | None = None
+    metric_timestamp: float | None = None
+    metrics_problem: str | None = None  # set when MetricsUnavailable
+    metrics_reason: str = "MetricsFresh"
+    queue: tuple[float, float] | None = None  # (now, mean queued seconds) to remember for the next sync
+    # The recommendation without the backlog-drain term: what demand needs once the queue is empty.
+    # The stabilisation history records this, so capacity ordered to clear a one-off backlog is not
+    # held for the whole scale-down window. None: same as `recommendation`.
+    steady: int | None = None
+    overloaded: bool = False  # queued work or saturated SM: demand beyond what the pods serve
+    backlog: tuple[float, float] | None = None  # (now, total queued pod-seconds) to remember
+
+
+def sm_signal(
+    spec: AutoscalingSpec,
+    obs: Observation,
+    now: float,
+    saturation: float | None,
+    last_queue: tuple[float, float] | None = None,
+    target: float | None = None,
+    reading: MetricReading | None = None,
+    last_backlog: tuple[float, float] | None = None,
+) -> Signal:
+    """The SM-active recommendation. `target` replaces `targetSmActive` (the SLO feedback's
+    effective target); `reading` replaces `obs.metrics` (the panic window's samples)."""
+    current = obs.current_replicas
+    serving = [p.name for p in obs.pods if p.serving]
+    reading = obs.metrics if reading is None else reading
+    if reading.error is not None:
+        return Signal(
+            None,
+            "MetricsUnavailable",
+            f"metric source failed: {reading.error}",
+            metrics_problem=reading.error,
+            metrics_reason="SourceError",
+        )
+    if not serving and not obs.pods and obs.current_replicas == 0:
+        return Signal(None, "ScaledToZero", "no replicas: nothing to measure")
+    if not serving:
+        msg = f"no Ready pod with the model loaded (of {len(obs.pods)} pods)"
+        return Signal(None, "NoReadyPods", msg, metrics_problem=msg, metrics_reason="NoReadyPods")
+    stale_after = spec.metrics.stale_after_seconds
+    fresh: dict[str, PodSample] = {}
+    newest: float | None = None
+    for pod in serving:
+        sample = reading.samples.get(pod)
+        if sample is None or not math.isfinite(sample.value):
+            continue
+        newest = sample.timestamp if newest is None else max(newest, sample.timestamp)
+        if now - sample.timestamp <= stale_after:
+            fresh[pod] = sample
+    if not fresh:
+        if newest is None:
+            msg = f"no samples for the {len(serving)} Ready pods"
+            return Signal(None, "MetricsUnavailable", msg, metrics_problem=msg, metrics_reason="MetricsMissing")
+        msg = f"newest sample is {now - newest:.0f}s old (staleAfterSeconds={stale_after})"
+        return Signal(None, "MetricsUnavailable", msg, metrics_problem=msg, metrics_reason="MetricsStale")
+
+    target = spec.target_sm_active if target is None else target
+    values = [max(0.0, s.value) for s in fresh.values()]
+    sm_usage = sum(values)
+    sm_avg = sm_usage / len(values)
+    stamp = max(s.timestamp for s in fresh.values())
+    ready = len(serving)
+    missing = ready - len(fresh)
+    # Demand beyond what SM active can show. Queued seconds `b` grow at `arrivals / capacity - 1`
+    # per second, so the growth `g` since the last sync says how far demand exceeds what the pods
+    # serve; `b / drain` more empties the queue within `drainSeconds`. A pod's SM usage is scaled
+    # by `1 + g + b / drain`. Only fresh queue samples of pods with a fresh SM sample count; a
+    # missing one means an empty queue, so the queue can raise the recommendation, never lower it.
+    queued = fresh_queue(obs.queue, fresh, now, stale_after)
+    drain = float(spec.metrics.queue.drain_seconds)
+    mean_queue = sum(queued.values()) / len(fresh)
+    growth = 0.0
+    if last_queue is not None and 0 < now - last_queue[0] <= stale_after:
+        growth = max(0.0, (mean_queue - last_queue[1]) / (now - last_queue[0]))
+    remember = (now, mean_queue) if obs.queue is not None and obs.queue.error is None else None
+    usage = sum(max(0.0, s.value) * (1 + growth + queued.get(pod, 0.0) / drain) for pod, s in fresh.items())
+    overloaded = bool(queued) or growth > 0 or (saturation is not None and sm_avg >= saturation)
+    # What the arrivals need, for the stabilisation history (`Signal.steady`): a backlog's total
+    # (pod-seconds of work) grows at arrivals minus what the pods serve, so SM usage times
+    # 1 + its growth per Ready pod is the arrivals in SM-active terms, below SM usage while the pods
+    # drain a backlog. Only with a queue reading; while there is, or just was, a backlog, or while
+    # capacity is on its way, the history records that instead of the recommendation.
+    total = sum(queued.values())
+    backlog = (now, total) if remember is not None else None
+    arrivals = sm_usage * (1 + growth)
+    if backlog is not None and last_backlog is not None and 0 < now - last_backlog[0] <= stale_after:
+        arrivals = sm_usage * max(0.0, 1 + (total - last_backlog[1]) / ((now - last_backlog[0]) * len(fresh)))
+    had_backlog = total > 0 or (last_backlog is not None and last_backlog[1] > 0)
+
+    def out(sig: Signal) -> Signal:
+        steady = None
+        if backlog is not None and sig.recommendation is not None and (had_backlog or sig.reason == "CapacityPending"):
+            steady = min(sig.recommendation, ceil_(arrivals / target))
+        return replace(sig, queue=remember, backlog=backlog, overloaded=overloaded, steady=steady)
+
+    avg = usage / len(values)
+    ratio = avg / target
+    tol = spec.tolerance
+    note = f" ({missing} Ready pods without a fresh sample)" if missing else ""
+    base = f"SM active {sm_avg:.2f} vs target {target:.2f} over {len(fresh)} Ready pods{note}"
+    if queued or growth > 0:
+        worst = max(queued.values(), default=0.0)
+        base += f", queue up to {worst:.1f}s of work growing {growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
+    if ratio > 1 + tol.up + EPS:
+        # Missing pods count as idle: only scale up if the measured usage alone justifies it.
+        want = ceil_(usage / target)
+        reason = "QueuedWork" if usage > sm_usage * (1 + tol.up) else "HighSmActive"
+        if saturation is not None and target < saturation <= sm_avg and not missing and remember is None:
+            # Saturated and no queue signal to say by how much: SM active cannot rise further, so
+            # the ratio only bounds demand from below. Like a panic mode, ask for at least twice the
+            # Ready pods (once per start-up wave: pods still loading count toward it).
+            want = max(want, 2 * ready)
+            reason = "SaturatedSmActive"
+        if usage / (ready * target) <= 1 + tol.up or want <= current:
+            return out(
+                Signal(current, "CapacityPending", base + "; capacity already sufficient or on its way", sm_avg, stamp)
+            )
+        return out(Signal(want, reason, f"{base}: {want} replicas", sm_avg, stamp))
+    if ratio < 1 - tol.down - EPS:
+        # Missing pods count as on target; pods still loading are kept.
+        adj = (usage + missing * target) / (ready * target)
+        if adj >= 1 - tol.down:
+            return out(
+                Signal(current, "WithinTolerance", base + "; missing samples keep it in the band", sm_avg, stamp)
+            )
+        want = min(current, ceil_(ready * adj) + max(0, current - ready))
+        return out(Signal(want, "LowSmActive", f"{base}: {want} replicas", sm_avg, stamp))
+    return out(Signal(current, "WithinTolerance", f"{base}: inside the tolerance band", sm_avg, stamp))
+
+
+def fresh_queue(
+    reading: MetricReading | None, fresh: Mapping[str, PodSample], now: float, stale_after: float
+) -> dict[str, float]:
+    """Queued seconds of work per pod, for pods with a fresh SM sample and a fresh, positive queue sample."""
+    if reading is None or reading.error is not None:
+        return {}
+    out: dict[str, float] = {}
+    for pod in fresh:
+        sample = reading.samples.get(pod)
+        if sample is None or not math.isfinite(sample.value) or sample.value <= 0:
+            continue
+        if now - sample.timestamp <= stale_after:
+            out[pod] = sample.value
+    return out

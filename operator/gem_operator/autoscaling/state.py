@@ -1,0 +1,88 @@
+"""The autoscaler's memory between syncs (`ScalerState`): a plain value with `to_dict` / `from_dict`.
+
+The controller keeps it in `status.scalerState` (JSON), so a restarted operator resumes its
+windows and what the SLO feedback learned; the replay keeps it in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ScalerState:
+    """History carried between syncs; a plain value (see `to_dict` / `from_dict`).
+
+    recommendations: (time, replicas) per sync with a usable signal (stabilisation windows).
+    events: (time, delta) per applied change (rate policies).
+    backlog_empty_since: when the precompute backlog was last seen becoming empty.
+    queue: (time, mean queued seconds per Ready pod) at the last sync with a queue reading; the
+        next sync turns the change into a growth rate (how far arrivals exceed capacity).
+    effective_target: the SM target the SLO feedback arrived at (None: `targetSmActive`).
+    slo_good_since: start of the current run of syncs with p99 well under the SLO (creep-back clock).
+    slo_last_decrease: when the SLO feedback last cut the effective target.
+    panic_until: panic mode lasts until this time (None: not panicking).
+    backlog: (time, total queued pod-seconds of the Ready pods) at the last sync with a queue
+        reading; its change estimates the arrivals while pods drain a backlog.
+    """
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    events: tuple[tuple[float, int], ...] = ()
+    backlog_empty_since: float | None = None
+    queue: tuple[float, float] | None = None
+    effective_target: float | None = None
+    slo_good_since: float | None = None
+    slo_last_decrease: float | None = None
+    panic_until: float | None = None
+    backlog: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recommendations": [[t, n] for t, n in self.recommendations],
+            "events": [[t, d] for t, d in self.events],
+            "backlogEmptySince": self.backlog_empty_since,
+            "queue": None if self.queue is None else list(self.queue),
+            "effectiveTarget": self.effective_target,
+            "sloGoodSince": self.slo_good_since,
+            "sloLastDecrease": self.slo_last_decrease,
+            "panicUntil": self.panic_until,
+            "backlog": None if self.backlog is None else list(self.backlog),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ScalerState:
+        """Parse `to_dict` output; anything malformed yields a fresh state (safe: it only forgets)."""
+        if not data:
+            return cls()
+        try:
+            recs = tuple((float(t), int(n)) for t, n in data.get("recommendations", []))
+            events = tuple((float(t), int(d)) for t, d in data.get("events", []))
+            since = data.get("backlogEmptySince")
+            q = data.get("queue")
+            queue = None if q is None else (float(q[0]), float(q[1]))
+            return cls(
+                recs,
+                events,
+                _opt(since),
+                queue,
+                effective_target=_opt(data.get("effectiveTarget")),
+                slo_good_since=_opt(data.get("sloGoodSince")),
+                slo_last_decrease=_opt(data.get("sloLastDecrease")),
+                panic_until=_opt(data.get("panicUntil")),
+                backlog=None if data.get("backlog") is None else (float(data["backlog"][0]), float(data["backlog"][1])),
+            )
+        except (TypeError, ValueError):
+            return cls()
+
+
+def _opt(value: Any) -> float | None:
+    """None, or a finite float (a NaN or an infinity is malformed: ValueError)."""
+    if value is None:
+        return None
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"not a finite number: {value!r}")
+    return out

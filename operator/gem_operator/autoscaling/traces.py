@@ -1,0 +1,333 @@
+"""Traces and service manifests for the replay: parsing, per-second load series, scale modes.
+
+TRACE is either
+- CSV with a `TIMESTAMP` column (date-time like `2023-11-16 18:17:03.97996`, or seconds),
+  one row per request; `--cost-column NAME` weights each request by that numeric column,
+  normalised to mean 1 (so a cost unit is an average request), or
+- JSONL, one object per line: `{"t": seconds, "cost": number}`; optional `"count"` is the
+  number of requests the line stands for (default 1; `cost` defaults to `count`), so a
+  pre-aggregated trace may hold one line per second.
+
+Every parse error names the file, the line and the column or key.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import ValidationError
+
+from gem_operator.api.serving import RankingServiceSpec
+
+
+class TraceError(ValueError):
+    """A trace or service file is unusable; the message names the file, line and column."""
+
+
+# --------------------------------------------------------------------------- traces
+
+
+@dataclass(frozen=True)
+class LoadSeries:
+    """Load per simulated second: cost units/s and requests/s (both already scaled)."""
+
+    cost: np.ndarray[Any, np.dtype[np.float64]]
+    requests: np.ndarray[Any, np.dtype[np.float64]]
+    name: str = "trace"
+
+    @property
+    def seconds(self) -> int:
+        return len(self.cost)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """Request arrivals: seconds from the first one, request counts and cost units."""
+
+    times: list[float]
+    counts: list[float]
+    costs: list[float]
+    path: str
+
+
+def _parse_time(text: str) -> float:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    # datetime.fromisoformat takes at most 6 fractional digits on older Pythons.
+    if "." in text:
+        head, frac = text.rsplit(".", 1)
+        digits = "".join(ch for ch in frac if ch.isdigit())
+        rest = frac[len(digits) :]
+        text = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:  # naive times are read as UTC, so DST never bends the time axis
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _load_csv(path: Path, cost_column: str | None) -> Arrivals:
+    times: list[float] = []
+    costs: list[float] = []
+    try:
+        fh = path.open(newline="")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
+    with fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise TraceError(f"{path}: empty file; expected a header line with a TIMESTAMP column") from None
+        names = [h.strip() for h in header]
+        if "TIMESTAMP" not in names:
+            raise TraceError(f"{path}: line 1: no TIMESTAMP column (columns: {', '.join(names)})")
+        t_idx = names.index("TIMESTAMP")
+        c_idx: int | None = None
+        if cost_column is not None:
+            if cost_column not in names:
+                raise TraceError(f"{path}: line 1: no column {cost_column!r} for --cost-column (columns: {names})")
+            c_idx = names.index(cost_column)
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) != len(names):
+                raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(names)}")
+            try:
+                times.append(_parse_time(row[t_idx]))
+            except ValueError:
+                raise TraceError(
+                    f"{path}: line {line}, column TIMESTAMP: cannot parse {row[t_idx]!r} as a time "
+                    "(expected e.g. 2023-11-16 18:17:03.97 or seconds)"
+                ) from None
+            if c_idx is not None:
+                try:
+                    value = float(row[c_idx])
+                except ValueError:
+                    raise TraceError(
+                        f"{path}: line {line}, column {cost_column}: {row[c_idx]!r} is not a number"
+                    ) from None
+                if not math.isfinite(value) or value < 0:
+                    raise TraceError(f"{path}: line {line}, column {cost_column}: cost must be >= 0, got {value}")
+                costs.append(value)
+    if not times:
+        raise TraceError(f"{path}: no requests after the header")
+    if c_idx is not None:
+        mean = sum(costs) / len(costs)
+        if mean <= 0:
+            raise TraceError(f"{path}: column {cost_column} sums to zero; cannot weight requests by it")
+        costs = [c / mean for c in costs]
+    else:
+        costs = [1.0] * len(times)
+    return Arrivals(times, [1.0] * len(times), costs, str(path))
+
+
+def _load_jsonl(path: Path) -> Arrivals:
+    times: list[float] = []
+    counts: list[float] = []
+    costs: list[float] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text: {exc.reason}") from exc
+    for no, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{path}: line {no}, column {exc.colno}: invalid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise TraceError(f'{path}: line {no}: expected an object like {{"t": 0.5, "cost": 1}}')
+
+        def num(key: str, default: float | None, line: int = no, o: dict[str, Any] = obj) -> float:
+            if key not in o:
+                if default is None:
+                    raise TraceError(f"{path}: line {line}: missing key {key!r}")
+                return default
+            v = o[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise TraceError(f"{path}: line {line}, key {key!r}: expected a number >= 0, got {v!r}")
+            return float(v)
+
+        t = num("t", None)
+        count = num("count", 1.0)
+        times.append(t)
+        counts.append(count)
+        costs.append(num("cost", count))
+    if not times:
+        raise TraceError(f"{path}: no requests")
+    return Arrivals(times, counts, costs, str(path))
+
+
+def load_trace(path: str | Path, cost_column: str | None = None) -> Arrivals:
+    """Parse a CSV or JSONL trace (chosen by extension, else by the first character)."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        jsonl = True
+    elif suffix == ".csv":
+        jsonl = False
+    else:
+        try:
+            with p.open() as fh:
+                head = fh.read(64).lstrip()
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot read trace: {exc.strerror or exc}") from exc
+        jsonl = head.startswith("{")
+    if jsonl:
+        if cost_column is not None:
+            raise TraceError(f"{p}: --cost-column applies to CSV traces; JSONL lines carry their own 'cost'")
+        return _load_jsonl(p)
+    return _load_csv(p, cost_column)
+
+
+def _moving_average(x: np.ndarray[Any, np.dtype[np.float64]], width: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    if width <= 1 or len(x) == 0:
+        return x
+    kernel = np.ones(width) / width
+    out: np.ndarray[Any, np.dtype[np.float64]] = np.convolve(x, kernel, mode="same")
+    return out
+
+
+ScaleMode = Literal["independent", "duplicate"]
+SCALE_MODES: tuple[ScaleMode, ...] = ("independent", "duplicate")
+TREND_SECONDS = 300.0
+
+
+def centred_mean(x: np.ndarray[Any, np.dtype[np.float64]], width: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Centred moving average over `width` seconds, averaging only the samples that exist at the edges."""
+    n = len(x)
+    if width <= 1 or n == 0:
+        return x.astype(np.float64)
+    half = width // 2
+    csum = np.concatenate(([0.0], np.cumsum(x, dtype=np.float64)))
+    lo = np.clip(np.arange(n) - half, 0, n)
+    hi = np.clip(np.arange(n) - half + width, 0, n)
+    out: np.ndarray[Any, np.dtype[np.float64]] = (csum[hi] - csum[lo]) / (hi - lo)
+    return out
+
+
+def superpose(
+    x: np.ndarray[Any, np.dtype[np.float64]],
+    scale: float,
+    trend: np.ndarray[Any, np.dtype[np.float64]],
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Per-second sum of `scale` independent copies of a series whose common trend is `trend`.
+
+    `X * trend + sqrt(X) * (x - trend)`: the mean grows X-fold, the fluctuations around it (with
+    their time structure: a burst that lasts 20 s still lasts 20 s) grow in variance, sqrt(X) in
+    amplitude, as a sum of X independent copies does (the central limit theorem's scaling; for a
+    Poisson trace exactly Poisson(X * rate)'s mean and variance). Never negative for X >= 1; for
+    X < 1 it is thinning in expectation, `X * x`.
+    """
+    if scale <= 1:
+        return np.asarray(x * scale, dtype=np.float64)
+    out: np.ndarray[Any, np.dtype[np.float64]] = np.maximum(0.0, scale * trend + math.sqrt(scale) * (x - trend))
+    return out
+
+
+def to_series(
+    arrivals: Arrivals,
+    *,
+    scale: float = 1.0,
+    smooth_seconds: float = 10.0,
+    mode: ScaleMode = "independent",
+    trend_seconds: float = TREND_SECONDS,
+    trend: np.ndarray[Any, np.dtype[np.float64]] | None = None,
+) -> LoadSeries:
+    """Bin arrivals per second from the first arrival and scale them by `scale` (`--scale-mode`).
+
+    - `independent` (default: X times as many users): each second is the sum of X independent
+      copies of the trace's arrival process (`superpose`). What is common to every copy is the
+      trace's trend, a centred `trend_seconds` (300 s) moving average of its per-second counts
+      and costs (or `trend`, the per-second intensity of a synthetic trace, when the caller knows
+      it): diurnal swings, ramps and events that last minutes move all users together; faster
+      fluctuations are each copy's own and add in variance. No further smoothing: the copies'
+      noise is the per-second noise the aggregate stream has.
+    - `duplicate` (the replay's earlier meaning): every request stands for X requests in the same
+      second, so bursts and sampling noise grow X-fold, then a centred `smooth_seconds` (10 s)
+      moving average (X-fold sampling noise would otherwise be spikes no aggregate stream has).
+    """
+    if scale <= 0 or not math.isfinite(scale):
+        raise TraceError(f"--scale must be a positive number, got {scale}")
+    if mode not in SCALE_MODES:
+        raise TraceError(f"--scale-mode must be one of {', '.join(SCALE_MODES)}, got {mode!r}")
+    t0 = min(arrivals.times)
+    rel = np.asarray(arrivals.times, dtype=float) - t0
+    n = math.floor(float(rel.max())) + 1
+    idx = np.minimum(rel.astype(int), n - 1)
+    cost = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.costs, dtype=float), minlength=n), dtype=np.float64)
+    reqs = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.counts, dtype=float), minlength=n), dtype=np.float64)
+    name = Path(arrivals.path).name
+    if mode == "duplicate":
+        width = max(1, round(smooth_seconds))
+        return LoadSeries(_moving_average(cost * scale, width), _moving_average(reqs * scale, width), name=name)
+    if trend is not None:
+        if len(trend) != n:
+            raise TraceError(f"{arrivals.path}: trend has {len(trend)} seconds, the trace {n}")
+        req_trend = np.asarray(trend, dtype=np.float64)
+        # The cost trend follows the request trend at the trace's local mean cost per request.
+        w = max(1, round(trend_seconds))
+        per_request = centred_mean(cost, w) / np.maximum(centred_mean(reqs, w), 1e-12)
+        cost_trend = req_trend * per_request
+    else:
+        w = max(1, round(trend_seconds))
+        req_trend, cost_trend = centred_mean(reqs, w), centred_mean(cost, w)
+    return LoadSeries(superpose(cost, scale, cost_trend), superpose(reqs, scale, req_trend), name=name)
+
+
+# --------------------------------------------------------------------------- service
+
+
+def load_service(path: str | Path) -> tuple[str, RankingServiceSpec]:
+    """A RankingService manifest (YAML) -> (name, validated spec)."""
+    p = Path(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read service: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise TraceError(f"{p}: {where}invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    docs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RankingService"]
+    if not docs:
+        raise TraceError(f"{p}: no RankingService document (kind: RankingService)")
+    doc = docs[0]
+    name = str((doc.get("metadata") or {}).get("name", "rankingservice"))
+    try:
+        spec = RankingServiceSpec.model_validate(doc.get("spec") or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise TraceError(f"{p}: spec.{loc}: {first['msg']}") from None
+    return name, spec
+
+
+__all__ = [
+    "SCALE_MODES",
+    "TREND_SECONDS",
+    "Arrivals",
+    "LoadSeries",
+    "ScaleMode",
+    "TraceError",
+    "centred_mean",
+    "load_service",
+    "load_trace",
+    "superpose",
+    "to_series",
+]

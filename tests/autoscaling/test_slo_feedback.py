@@ -1,0 +1,398 @@
+"""SLO feedback on the SM target, the over-SLO scale-down block, panic mode, and their state."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.policy import (
+    SCALING_LIMITED,
+    LatencyReading,
+    MetricReading,
+    Observation,
+    PodSample,
+    PodState,
+    ScalerState,
+    desired_replicas,
+)
+from gem_operator.autoscaling.slo import target_bounds
+
+NOW = 10_000.0
+SLO = 40.0
+
+
+def spec(**kw: Any) -> AutoscalingSpec:
+    base: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 60, "targetSmActive": 0.6}
+    base.update(kw)
+    return AutoscalingSpec.model_validate(base)
+
+
+def obs(
+    values: list[float],
+    *,
+    p99: float | None = None,
+    latency: LatencyReading | None = None,
+    loading: int = 0,
+    now: float = NOW,
+    panic: list[float] | None = None,
+) -> Observation:
+    pods = [PodState(f"p{i}", ready=True) for i in range(len(values))]
+    pods += [PodState(f"l{i}", ready=False, model_loaded=False) for i in range(loading)]
+    reading = MetricReading(samples={f"p{i}": PodSample(v, now - 5) for i, v in enumerate(values)})
+    if latency is None and p99 is not None:
+        latency = LatencyReading(p99_ms=p99, timestamp=now - 5)
+    panic_reading = None
+    if panic is not None:
+        panic_reading = MetricReading(samples={f"p{i}": PodSample(v, now - 1) for i, v in enumerate(panic)})
+    return Observation(
+        current_replicas=len(pods), pods=pods, metrics=reading, latency=latency, panic_metrics=panic_reading
+    )
+
+
+def run(s: AutoscalingSpec, state: ScalerState, o: Observation, now: float = NOW) -> Any:
+    return desired_replicas(s, state, o, now, slo_p99_ms=SLO)
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def test_over_slo_cuts_the_target_and_scales_up_on_it() -> None:
+    s = spec()
+    d = run(s, ScalerState(), obs([0.6] * 10, p99=55.0))
+    assert d.effective_target == pytest.approx(0.54)  # 0.6 * (1 - 10 %)
+    assert d.state.effective_target == pytest.approx(0.54)
+    # On the old target 10 pods at 0.6 are inside the band; on 0.54 they need ceil(6 / 0.54) = 12.
+    assert d.desired_replicas == 12
+    assert "p99 55.0 ms > SLO 40 ms" in d.message
+    plain = desired_replicas(s, ScalerState(), obs([0.6] * 10), NOW)
+    assert plain.desired_replicas == 10 and plain.effective_target == pytest.approx(0.6)
+
+
+def test_at_most_one_cut_per_interval_and_none_while_overloaded() -> None:
+    s = spec()
+    d1 = run(s, ScalerState(), obs([0.6] * 10, p99=55.0))
+    d2 = run(s, d1.state, obs([0.6] * 10, p99=55.0, now=NOW + 15), NOW + 15)
+    assert d2.effective_target == pytest.approx(0.54)  # cut 15 s ago: held
+    d3 = run(s, d2.state, obs([0.6] * 10, p99=55.0, now=NOW + 60), NOW + 60)
+    assert d3.effective_target == pytest.approx(0.54 * 0.9)
+    # Pods still starting do not stop a cut (a ramp's shortfall is what the target must learn).
+    d4 = run(s, d3.state, obs([0.6] * 10, p99=55.0, loading=2, now=NOW + 120), NOW + 120)
+    assert d4.effective_target == pytest.approx(0.54 * 0.81)
+    # Overloaded (queued work): the queue sizes the pool; the target is neither cut nor raised.
+    queued = obs([0.95] * 10, p99=900.0, now=NOW + 200)
+    queued = Observation(
+        current_replicas=10,
+        pods=queued.pods,
+        metrics=queued.metrics,
+        latency=queued.latency,
+        queue=MetricReading(samples={f"p{i}": PodSample(12.0, NOW + 195) for i in range(10)}),
+    )
+    d5 = run(s, d4.state, queued, NOW + 200)
+    assert d5.effective_target == pytest.approx(d4.effective_target)
+    assert "overloaded" in d5.message and d5.desired_replicas > 10
+    saturated = run(s, d4.state, obs([0.95] * 10, p99=900.0, now=NOW + 200), NOW + 200)
+    assert saturated.effective_target == pytest.approx(d4.effective_target)
+
+
+def test_target_never_below_the_floor() -> None:
+    s = spec(sloFeedback={"minTargetFraction": 0.7})
+    state, t = ScalerState(), NOW
+    for _ in range(20):
+        d = run(s, state, obs([0.3] * 4, p99=500.0, now=t), t)
+        state, t = d.state, t + 60
+    assert d.effective_target == pytest.approx(0.42)  # 0.7 * 0.6
+    assert "at its floor" in d.message
+
+
+def test_creeps_back_only_after_a_whole_window_well_under() -> None:
+    s = spec(sloFeedback={"recoverSeconds": 300})
+    state = ScalerState(effective_target=0.45)
+    t = NOW
+    # Near the SLO (above 0.8 x 40 = 32 ms): holds, however long.
+    for _ in range(30):
+        d = run(s, state, obs([0.4] * 6, p99=35.0, now=t), t)
+        assert d.effective_target == pytest.approx(0.45)
+        state, t = d.state, t + 15
+    # Well under: after 300 s one step of 5 % of 0.6 = 0.03, then another whole window.
+    seen = []
+    for _ in range(45):
+        d = run(s, state, obs([0.4] * 6, p99=20.0, now=t), t)
+        seen.append((t, d.effective_target))
+        state, t = d.state, t + 15
+    start = seen[0][0]
+    for when, target in seen:
+        steps = int((when - start) // 300)
+        assert target == pytest.approx(min(0.6, 0.45 + 0.03 * steps))
+
+
+def test_over_slo_blocks_scale_down() -> None:
+    s = spec(stabilizationSeconds={"down": 0})
+    low = obs([0.1] * 8, p99=48.0)
+    d = run(s, ScalerState(), low)
+    assert d.desired_replicas == 8
+    assert d.condition(SCALING_LIMITED).reason == "LatencyOverSlo"
+    # The same pods with a p99 under the SLO scale down.
+    d = run(s, ScalerState(), obs([0.1] * 8, p99=25.0))
+    assert d.desired_replicas < 8
+
+
+@pytest.mark.parametrize(
+    "latency",
+    [
+        LatencyReading.unavailable("HTTP 503"),
+        LatencyReading(p99_ms=float("nan"), timestamp=NOW),
+        LatencyReading(p99_ms=None, timestamp=NOW),
+        LatencyReading(p99_ms=90.0, timestamp=NOW - 3600),  # stale
+    ],
+)
+def test_unavailable_latency_holds_the_target_and_is_never_low(latency: LatencyReading) -> None:
+    s = spec(sloFeedback={"recoverSeconds": 15})
+    state = ScalerState(effective_target=0.5, slo_good_since=NOW - 10_000)
+    d = run(s, state, obs([0.5] * 6, latency=latency))
+    assert d.effective_target == pytest.approx(0.5)  # neither cut nor crept back
+    assert d.state.slo_good_since is None  # and the creep-back clock restarts
+    assert d.p99_ms is None
+
+
+def test_disabled_feedback_scales_on_target_sm_active() -> None:
+    s = spec(sloFeedback={"enabled": False})
+    d = run(s, ScalerState(effective_target=0.4), obs([0.6] * 10, p99=90.0))
+    assert d.effective_target == pytest.approx(0.6) and d.desired_replicas == 10
+
+
+def test_learned_target_is_clamped_to_a_changed_spec() -> None:
+    d = run(spec(targetSmActive=0.5), ScalerState(effective_target=0.58), obs([0.5] * 4, p99=30.0))
+    assert d.effective_target == pytest.approx(0.5)
+    d = run(spec(targetSmActive=0.9), ScalerState(effective_target=0.2), obs([0.5] * 4, p99=30.0))
+    assert d.effective_target == pytest.approx(0.45)  # floor 0.5 x 0.9
+
+
+# --------------------------------------------------------------------------- properties
+
+feedback_specs = st.builds(
+    lambda target, frac, pct, interval, below, recover: spec(
+        targetSmActive=target,
+        sloFeedback={
+            "minTargetFraction": frac,
+            "decreasePercent": pct,
+            "decreaseIntervalSeconds": interval,
+            "recoverBelow": below,
+            "recoverSeconds": recover,
+        },
+        stabilizationSeconds={"down": 0},
+    ),
+    st.floats(0.1, 1.0),
+    st.floats(0.05, 1.0),
+    st.integers(1, 50),
+    st.integers(0, 120),
+    st.floats(0.1, 1.0),
+    st.integers(15, 600),
+)
+step = st.tuples(
+    st.lists(st.floats(0, 1), min_size=1, max_size=12),  # SM per Ready pod
+    st.one_of(st.none(), st.floats(0, 400)),  # p99 (None: unavailable)
+    st.integers(0, 3),  # pods still loading
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(s=feedback_specs, steps=st.lists(step, min_size=1, max_size=25), start=st.one_of(st.none(), st.floats(0, 1)))
+def test_property_effective_target_bounded_falls_over_slo_never_rises_then(
+    s: AutoscalingSpec, steps: list[tuple[list[float], float | None, int]], start: float | None
+) -> None:
+    floor, base = target_bounds(s)
+    state = ScalerState(effective_target=start)
+    prev = min(base, max(floor, start)) if start is not None else base
+    t = NOW
+    for values, p99, loading in steps:
+        latency = LatencyReading(p99_ms=p99, timestamp=t) if p99 is not None else LatencyReading.unavailable("down")
+        o = obs(values, latency=latency, loading=loading, now=t)
+        d = run(s, state, o, t)
+        target = d.effective_target
+        assert floor - 1e-12 <= target <= base + 1e-12
+        if p99 is not None and p99 > SLO:
+            assert target <= prev + 1e-12  # never rises while over the SLO
+            assert d.desired_replicas >= min(o.current_replicas, s.max_replicas)  # no scale-down
+            cut_due = state.slo_last_decrease is None or t - state.slo_last_decrease >= (
+                s.slo_feedback.decrease_interval_seconds
+            )
+            if cut_due and max(values) < 0.9 and prev > floor + 1e-12:  # not saturated (no queue here)
+                assert target < prev  # it falls
+        else:
+            assert target >= prev - 1e-12  # only the over-SLO branch cuts
+        if p99 is None:
+            assert target == pytest.approx(prev)
+        prev, state, t = target, d.state, t + 15
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    s=feedback_specs,
+    values=st.lists(st.one_of(st.none(), st.floats(0, 1)), max_size=12),
+    loading=st.integers(0, 3),
+    history=st.lists(st.tuples(st.floats(-600, 0), st.integers(0, 60)), max_size=8),
+)
+def test_property_missing_latency_leaves_the_sm_path_as_it_was(
+    s: AutoscalingSpec, values: list[float | None], loading: int, history: list[tuple[float, int]]
+) -> None:
+    """No latency reading, or an unavailable one: the same decision as the SM path alone."""
+    pods = [PodState(f"p{i}", ready=True) for i in range(len(values))]
+    pods += [PodState(f"l{i}", ready=False, model_loaded=False) for i in range(loading)]
+    reading = MetricReading(samples={f"p{i}": PodSample(v, NOW - 5) for i, v in enumerate(values) if v is not None})
+    base = Observation(current_replicas=len(pods), pods=pods, metrics=reading)
+    state = ScalerState(recommendations=tuple((NOW + t, n) for t, n in history))
+    reference = desired_replicas(s, state, base, NOW)
+    for latency, slo in ((None, SLO), (LatencyReading.unavailable("timeout"), SLO), (LatencyReading(90.0, NOW), None)):
+        o = Observation(current_replicas=len(pods), pods=pods, metrics=reading, latency=latency)
+        d = desired_replicas(s, state, o, NOW, slo_p99_ms=slo)
+        assert (d.desired_replicas, d.recommendation, d.reason) == (
+            reference.desired_replicas,
+            reference.recommendation,
+            reference.reason,
+        )
+        assert d.state.recommendations == reference.state.recommendations
+        assert d.effective_target == s.target_sm_active and d.state.effective_target is None
+
+
+states = st.builds(
+    ScalerState,
+    recommendations=st.lists(st.tuples(st.floats(0, 1e9), st.integers(0, 10_000)), max_size=5).map(tuple),
+    events=st.lists(st.tuples(st.floats(0, 1e9), st.integers(-100, 100)), max_size=5).map(tuple),
+    backlog_empty_since=st.one_of(st.none(), st.floats(0, 1e9)),
+    queue=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e4))),
+    effective_target=st.one_of(st.none(), st.floats(0.01, 1)),
+    slo_good_since=st.one_of(st.none(), st.floats(0, 1e9)),
+    slo_last_decrease=st.one_of(st.none(), st.floats(0, 1e9)),
+    panic_until=st.one_of(st.none(), st.floats(0, 1e9)),
+    backlog=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6))),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(state=states)
+def test_property_state_round_trips_through_json(state: ScalerState) -> None:
+    import json
+
+    assert ScalerState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+
+
+@pytest.mark.parametrize("bad", [{"effectiveTarget": "x"}, {"effectiveTarget": math.inf}, {"panicUntil": [1]}])
+def test_malformed_state_is_forgotten_not_fatal(bad: dict[str, Any]) -> None:
+    assert ScalerState.from_dict(bad) == ScalerState()
+
+
+def test_a_restart_keeps_what_the_feedback_learned() -> None:
+    import json
+
+    s = spec()
+    d = run(s, ScalerState(), obs([0.6] * 10, p99=55.0))
+    restored = ScalerState.from_dict(json.loads(json.dumps(d.state.to_dict())))
+    again = run(s, restored, obs([0.6] * 12, p99=35.0, now=NOW + 15), NOW + 15)
+    assert again.effective_target == pytest.approx(0.54)
+
+
+# --------------------------------------------------------------------------- panic mode
+
+
+def test_panic_applies_the_short_window_at_once_and_blocks_scale_down() -> None:
+    s = spec(panic={"enabled": True}, stabilizationSeconds={"down": 0}, maxReplicas=60)
+    # The sync's mean is on target; the last 6 s are saturated with a queue-free burst: 4 pods at
+    # 0.95 -> at least 2 x 4 (saturation rule) -> panic; HPA's rate policy would allow +4 only.
+    burst = obs([0.6] * 4, panic=[0.95] * 4)
+    d = desired_replicas(s, ScalerState(), burst, NOW)
+    assert d.panicking and d.desired_replicas >= 8 and d.reason == "Panic"
+    assert d.state.panic_until == NOW + 60
+    calm = desired_replicas(s, d.state, obs([0.1] * 8, panic=[0.1] * 8, now=NOW + 30), NOW + 30)
+    assert calm.panicking and calm.desired_replicas == 8
+    assert calm.condition(SCALING_LIMITED).reason == "Panic"
+    over = desired_replicas(s, calm.state, obs([0.1] * 8, panic=[0.1] * 8, now=NOW + 61), NOW + 61)
+    assert not over.panicking and over.desired_replicas < 8
+
+
+def test_panic_off_by_default_ignores_the_short_window() -> None:
+    s = spec()
+    d = desired_replicas(s, ScalerState(), obs([0.6] * 4, panic=[0.95] * 4), NOW)
+    assert not d.panicking and d.desired_replicas == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stable=st.lists(st.floats(0, 1), min_size=1, max_size=10),
+    short=st.floats(0, 1),
+    later=st.lists(st.floats(0, 1), min_size=1, max_size=8),
+)
+def test_property_no_scale_down_while_panicking(stable: list[float], short: float, later: list[float]) -> None:
+    s = spec(panic={"enabled": True, "holdSeconds": 120}, stabilizationSeconds={"down": 0})
+    d = desired_replicas(s, ScalerState(), obs(stable, panic=[short] * len(stable)), NOW)
+    state, current, t = d.state, d.desired_replicas, NOW
+    for v in later:
+        t += 15
+        o = obs([v] * current, panic=[v] * current, now=t)
+        d = desired_replicas(s, state, o, t)
+        if d.panicking:
+            assert d.desired_replicas >= current
+        state, current = d.state, d.desired_replicas
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("block", "field"),
+    [
+        ({"sloFeedback": {"minTargetFraction": 0}}, "minTargetFraction"),
+        ({"sloFeedback": {"decreasePercent": 0}}, "decreasePercent"),
+        ({"sloFeedback": {"recoverBelow": 1.5}}, "recoverBelow"),
+        ({"sloFeedback": {"recoverSeconds": 1}}, "recoverSeconds"),
+        ({"panic": {"threshold": 1.0}}, "threshold"),
+        ({"panic": {"windowSeconds": 0}}, "windowSeconds"),
+        ({"metrics": {"latency": {"query": ""}}}, "query"),
+        ({"sloFeedback": {"decreasPercent": 5}}, "decreasPercent"),
+    ],
+)
+def test_bad_feedback_and_panic_fields_are_rejected_by_name(block: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        spec(**block)
+    assert field in str(err.value)
+
+
+# --------------------------------------------------------------------------- the history around a backlog
+
+
+def queued_obs(sm: float, queue_s: float, n: int, loading: int = 0, now: float = NOW) -> Observation:
+    o = obs([sm] * n, loading=loading, now=now)
+    q = MetricReading(samples={f"p{i}": PodSample(queue_s, now - 1) for i in range(n)})
+    return Observation(current_replicas=n + loading, pods=o.pods, metrics=o.metrics, queue=q)
+
+
+def test_capacity_ordered_to_drain_a_backlog_is_not_held_for_the_down_window() -> None:
+    """A one-off backlog: the drain term orders capacity at once, but the down window remembers
+    what the arrivals needed, so once the backlog is gone the pool comes back to that."""
+    s = spec(targetSmActive=0.5, stabilizationSeconds={"down": 900})
+    # 10 saturated pods with 30 s of queued work each, the backlog still growing (1 s per s).
+    state = ScalerState(queue=(NOW - 15, 15.0), backlog=(NOW - 15, 150.0))
+    d = desired_replicas(s, state, queued_obs(0.95, 30.0, 10), NOW)
+    want = d.recommendation
+    assert want is not None and want >= 10 * 0.95 * (1 + 1 + 30 / 60) / 0.5 - 1
+    remembered = d.state.recommendations[-1][1]
+    # Arrivals = SM usage x (1 + growth of the total backlog per pod) = 9.5 x 2 = 19 -> 38 at 0.5.
+    assert remembered == 38 < want
+    # The backlog drains (new pods Ready, queue shrinking): arrivals are what SM shows minus the drain.
+    n = want
+    d2 = desired_replicas(s, d.state, queued_obs(0.6, 1.0, n, now=NOW + 15), NOW + 15)
+    assert d2.state.recommendations[-1][1] < n
+    # Queue gone, pods idle: the pool falls to the highest remembered need, not to the drain's count.
+    d3 = desired_replicas(s, d2.state, queued_obs(0.2, 0.0, n, now=NOW + 30), NOW + 30)
+    assert d3.desired_replicas == max(r for _, r in d3.state.recommendations) == remembered < n
+
+
+def test_without_a_queue_reading_the_history_records_the_recommendation() -> None:
+    s = spec(targetSmActive=0.5)
+    d = desired_replicas(s, ScalerState(), obs([0.95] * 4, loading=4), NOW)
+    assert d.reason == "CapacityPending" and d.state.recommendations[-1][1] == d.recommendation == 8
