@@ -145,6 +145,12 @@ def _env(
     return env
 
 
+def _host_label(spec: GEMTrainingSpec) -> str:
+    """The node label that pins a pod to its host: the spec's first tier, else the hostname label."""
+    tiers = spec.topology.tiers
+    return tiers[0].label if tiers else "kubernetes.io/hostname"
+
+
 def _pod(
     owner: Owner,
     spec: GEMTrainingSpec,
@@ -207,11 +213,7 @@ def _pod(
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": spec.topology.tiers[0].label, "operator": "In", "values": [node_name]}
-                            ]
-                        }
+                        {"matchExpressions": [{"key": _host_label(spec), "operator": "In", "values": [node_name]}]}
                     ]
                 }
             }

@@ -31,7 +31,8 @@ class _Topo:
     root: _Dom
     hosts: dict[str, _Dom]
     by_tier: list[list[_Dom]]
-    host_path: dict[str, tuple[_Dom, ...]]  # host -> its domain at every tier (0..T-1)
+    host_path: dict[str, tuple[_Dom, ...]]  # host -> its domain at every tier (0..T-1); a tighter one when alone
+    warnings: tuple[str, ...] = ()  # inconsistent nesting of the labels
 
 
 def _build_topology(
@@ -40,50 +41,72 @@ def _build_topology(
     tier_names: tuple[str, ...],
     labels: tuple[str | None, ...],
 ) -> _Topo:
-    """Nested domains from the tier labels, widest first.
+    """Domains from the tier labels, built tightest first; every tier stands on its own.
 
-    A host without a label at some tier is alone at that tier and every tighter one: it hangs
-    directly under its last labelled domain, and that domain's tier is skipped for it.
+    At each tier the domains built so far (hosts at first) join the domain their hosts' label
+    names. A domain whose hosts carry no label at this tier stays alone at it (a host without a
+    rack label still belongs to its NVLink domain, and that domain to its block). A domain whose
+    hosts name several domains of a wider tier (a clique spanning two racks) is kept whole, placed
+    by the tighter tier into the wider domain most of its hosts name (ties: the first name), and
+    reported in ``_Topo.warnings``; hosts of such a domain without the wider label join it too.
     """
     n_tiers = len(tier_names)
     uid = 0
     root = _Dom(uid=uid, tier=n_tiers, name="cluster")
-    by_key: list[dict[tuple[str, ...], _Dom]] = [{} for _ in range(n_tiers)]
     by_tier: list[list[_Dom]] = [[] for _ in range(n_tiers)]
     host_doms: dict[str, _Dom] = {}
-    host_path: dict[str, tuple[_Dom, ...]] = {}
+    paths: dict[str, list[_Dom]] = {}
+    members: dict[int, list[HostView]] = {}
+    warnings: list[str] = []
+    units: list[_Dom] = []
     for h in hosts:
-        parent = root
-        key: tuple[str, ...] = ()
-        chain: list[_Dom] = []
-        for t in range(n_tiers - 1, 0, -1):
-            lbl = labels[t]
-            value = h.labels.get(lbl) if lbl else None
-            if not value:
-                break
-            key = (*key, value)
-            dom = by_key[t].get(key)
+        uid += 1
+        leaf = _Dom(uid=uid, tier=0, name=h.name, host=h.name, free=1 if h.name in qualified else 0)
+        leaf.gpus_free, leaf.gpus_total = h.free_gpus, h.allocatable_gpus
+        by_tier[0].append(leaf)
+        host_doms[h.name] = leaf
+        paths[h.name] = [leaf]
+        members[leaf.uid] = [h]
+        units.append(leaf)
+    for t in range(1, n_tiers):
+        lbl = labels[t]
+        by_value: dict[str, _Dom] = {}
+        next_units: list[_Dom] = []
+        for unit in units:
+            group = members[unit.uid]
+            counts: dict[str, int] = {}
+            for h in group:
+                value = h.labels.get(lbl) if lbl else None
+                if value:
+                    counts[value] = counts.get(value, 0) + 1
+            if not counts:
+                next_units.append(unit)  # no label at this tier: alone at it
+                for h in group:
+                    paths[h.name].append(paths[h.name][-1])
+                continue
+            value = min(counts, key=lambda v: (-counts[v], v))
+            if len(counts) > 1:
+                warnings.append(
+                    f"{tier_names[unit.tier]} domain {unit.name} spans {len(counts)} {tier_names[t]} domains "
+                    f"({', '.join(f'{v}: {counts[v]} hosts' for v in sorted(counts))}); placed as one "
+                    f"{tier_names[unit.tier]} domain in {tier_names[t]} {value} (check the {lbl} labels)"
+                )
+            dom = by_value.get(value)
             if dom is None:
                 uid += 1
-                dom = _Dom(uid=uid, tier=t, name=value)
-                by_key[t][key] = dom
+                dom = by_value[value] = _Dom(uid=uid, tier=t, name=value)
                 by_tier[t].append(dom)
-                parent.children.append(dom)
-            chain.append(dom)
-            parent = dom
-        uid += 1
-        free = h.free_gpus
-        leaf = _Dom(uid=uid, tier=0, name=h.name, host=h.name, free=1 if h.name in qualified else 0)
-        leaf.gpus_free, leaf.gpus_total = free, h.allocatable_gpus
-        parent.children.append(leaf)
-        by_tier[0].append(leaf)
-        for dom in chain:
-            dom.gpus_free += free
-            dom.gpus_total += h.allocatable_gpus
-        host_doms[h.name] = leaf
-        # tiers 0 .. n-1: the labelled chain from the top, the host itself below it
-        path = [leaf] * (n_tiers - len(chain)) + list(reversed(chain))
-        host_path[h.name] = tuple(path)
+                members[dom.uid] = []
+                next_units.append(dom)
+            dom.children.append(unit)
+            members[dom.uid].extend(group)
+            dom.gpus_free += unit.gpus_free
+            dom.gpus_total += unit.gpus_total
+            for h in group:
+                paths[h.name].append(dom)
+        units = next_units
+    root.children = list(units)
+    host_path = {name: tuple(path) for name, path in paths.items()}
     for t in range(1, n_tiers):
         for dom in by_tier[t]:
             dom.free = sum(c.free for c in dom.children)
@@ -104,7 +127,14 @@ def _build_topology(
             dom.maxfree = [max(k[i] for k in kids) for i in range(t)] + [dom.free]
     kids = [padded(c, n_tiers) for c in root.children]
     root.maxfree = [max((k[i] for k in kids), default=0) for i in range(n_tiers)] + [root.free]
-    return _Topo(tier_names=tier_names, root=root, hosts=host_doms, by_tier=by_tier, host_path=host_path)
+    return _Topo(
+        tier_names=tier_names,
+        root=root,
+        hosts=host_doms,
+        by_tier=by_tier,
+        host_path=host_path,
+        warnings=tuple(warnings),
+    )
 
 
 def _compute_caps(topo: _Topo, levels: Sequence[_Level]) -> tuple[list[int], list[int]]:

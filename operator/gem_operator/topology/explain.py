@@ -53,6 +53,8 @@ def explain_plan(result: Placement | Infeasible) -> str:
         "",
         "bytes per step crossing each tier, and groups split across it (per dimension):",
     ]
+    if result.tierset is not None:
+        lines[1:1] = ["", result.tierset.describe()]
     dims = [d for d in result.cost.groups if result.cost.total_bytes.get(d, 0) > 0 or d == "tp"]
     header = f"  {'tier':<10}{'bytes':>12}  " + "  ".join(f"{d:>12}" for d in dims)
     lines.append(header)

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gem_operator.api.training import MESH_DIMS, PlacementSummary
+from gem_operator.api.training import MESH_DIMS, PlacementSummary, TierUsage
 from gem_operator.topology.cost import CommCost
+from gem_operator.topology.tiers import TierSet
 
 PLANNER_NAME = "gem-topology"
 
@@ -50,6 +51,10 @@ class Placement:
     #: sharding group of that size stays inside the tier (use it when the spec leaves it unset)
     aligned_group: Mapping[str, int] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: the tiers used, where they came from, and how many candidate nodes carry each label
+    tierset: TierSet | None = None
+    #: labels that do not nest (a clique spanning two racks); also in ``warnings``
+    topology_warnings: tuple[str, ...] = ()
     feasible: Literal[True] = True
 
     @property
@@ -96,6 +101,9 @@ class Placement:
             "groupsSplit": {d: dict(v) for d, v in self.cost.groups_split.items()},
             "alignedGroup": dict(self.aligned_group),
             "warnings": list(self.warnings),
+            "tiers": self.tierset.usage() if self.tierset else [],
+            "tierSource": self.tierset.source if self.tierset else None,
+            "candidateNodes": self.tierset.candidates if self.tierset else None,
         }
 
     def summary(self, planner: str = PLANNER_NAME) -> PlacementSummary:
@@ -104,6 +112,8 @@ class Placement:
             nodes=list(self.nodes),
             score=self.cost.score,
             cross_tier_bytes=dict(self.cost.bytes_by_tier),
+            tier_source=self.tierset.source if self.tierset else None,
+            tiers=[TierUsage.model_validate(u) for u in self.tierset.usage()] if self.tierset else [],
         )
 
 

@@ -72,6 +72,8 @@ from gem_operator.topology.explain import explain_plan, plan_rows
 from gem_operator.topology.gang import IntArray, _build_items, _gang_levels, _index_levels, _Level
 from gem_operator.topology.packing import _Packer, _PackError
 from gem_operator.topology.placement import PLANNER_NAME, Infeasible, Placement, PlanResult, RankAssignment
+from gem_operator.topology.tiers import TierSet
+from gem_operator.topology.tiers import resolve as resolve_tiers
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -97,20 +99,6 @@ _LOCALITY_ORDERS: tuple[tuple[str, ...], ...] = (
     ("cp", "ep", "dp_shard", "pp", "dp_replicate"),
     ("cp", "ep", "dp_shard", "dp_replicate", "pp"),
 )
-
-
-def _tiers(spec: GEMTrainingSpec) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
-    """Tier names tightest first with their labels; the host tier is always first."""
-    names: list[str] = []
-    labels: list[str | None] = []
-    tiers = spec.topology.tiers
-    if not tiers or tiers[0].label != HOSTNAME_LABEL:
-        names.append("host" if all(t.name != "host" for t in tiers) else "node")
-        labels.append(None)
-    for t in tiers:
-        names.append(t.name)
-        labels.append(None if t.label == HOSTNAME_LABEL else t.label)
-    return tuple(names), tuple(labels)
 
 
 def _rules(
@@ -176,7 +164,9 @@ def _explain_required(
         tier = lv.req_tier if lv.req_tier is not None else 0
         tier_name = topo.tier_names[tier]
         doms = topo.by_tier[tier] if tier < len(topo.by_tier) else [topo.root]
-        doms = doms + [h for h in topo.by_tier[0] if topo.host_path[h.name][tier] is h]
+        # domains of tighter tiers alone at this one (hosts or, say, a clique without a rack label)
+        alone = {id(p[tier]): p[tier] for p in topo.host_path.values() if tier < len(p) and p[tier].tier < tier}
+        doms = doms + list(alone.values())
         best = max(doms, key=lambda d: (d.free, d.gpus_free, [-ord(ch) for ch in d.name]), default=None)
         dims = "/".join(lv.dims) or "gang"
         group_gpus = lv.size * nproc
@@ -206,13 +196,38 @@ def plan_gang(
     exclude_nodes: Iterable[str] = frozenset(),
     cost_model: CostModel | None = None,
     tolerations: Sequence[Mapping[str, str]] = DEFAULT_TOLERATIONS,
+    kueue_levels: Sequence[str] | None = None,
 ) -> Placement | Infeasible:
-    """Place the whole gang or explain why it cannot be placed."""
+    """Place the whole gang or explain why it cannot be placed.
+
+    ``kueue_levels``: the node labels of the Kueue Topology that ``spec.topology.kueueTopology``
+    names (``tiers.kueue_levels`` reads them from the object), widest first.
+    """
+    if spec.topology.kueue_topology and not spec.topology.tiers and kueue_levels is None:
+        return Infeasible(
+            reason=f"spec.topology.kueueTopology names {spec.topology.kueue_topology!r} but its levels were not read",
+            details=("create that kueue.x-k8s.io Topology, or set spec.topology.tiers instead",),
+        )
+    tierset = resolve_tiers(spec, view.hosts, kueue=kueue_levels)
+    result = _plan(spec, view, tierset, exclude_nodes, cost_model, tolerations)
+    if isinstance(result, Placement):
+        return replace(result, tierset=tierset)
+    return result
+
+
+def _plan(
+    spec: GEMTrainingSpec,
+    view: ClusterView,
+    tierset: TierSet,
+    exclude_nodes: Iterable[str],
+    cost_model: CostModel | None,
+    tolerations: Sequence[Mapping[str, str]],
+) -> Placement | Infeasible:
     cost_model = cost_model or cost_model_for(spec)
     nproc = spec.nproc_per_node
     n_nodes = spec.num_nodes
     exclude = frozenset(exclude_nodes)
-    tier_names, labels = _tiers(spec)
+    tier_names, labels = tierset.names, tierset.labels
     qualified, why, best_short = _qualify(view, nproc, exclude, tolerations)
     if len(qualified) < n_nodes:
         skipped = ", ".join(f"{n} {reason}" for reason, n in why.items() if n)
@@ -225,6 +240,20 @@ def plan_gang(
             details=tuple(f"{reason}: {n}" for reason, n in why.items() if n),
         )
     rules = _rules(spec, tier_names, labels)
+    absent = [(r.tier, str(r.mode)) for r in spec.topology.placement if r.tier not in tier_names]
+    hard_absent = sorted({t for t, mode in absent if mode == "Required"})
+    if hard_absent:
+        return Infeasible(
+            reason=(
+                f"spec.topology.placement names tier(s) {', '.join(hard_absent)} (Required) but the tiers in use "
+                f"are {', '.join(tier_names)} ({tierset.source})"
+            ),
+            details=("label the nodes, set spec.topology.tiers, or use one of the tiers in use",),
+        )
+    rule_warnings = tuple(
+        f"placement rule tier {t!r} is not among the tiers in use ({', '.join(tier_names)}); the rule is ignored"
+        for t in sorted({t for t, _ in absent})
+    )
     topo = _build_topology(view.hosts, qualified, tier_names, labels)
     candidates: list[Placement] = []
     failure: Infeasible | None = None
@@ -259,7 +288,8 @@ def plan_gang(
     floor = [r for r in _plan_order(spec, topo, _index_levels(n_nodes), rules, cost_model, bestfit=True)]
     baseline = next((r for r in floor if isinstance(r, Placement)), None)
     if baseline is not None:
-        wide = baseline.tiers[2:]
+        # tiers wider than the NVLink domain (or than the first tier above the host)
+        wide = baseline.tiers[baseline.tiers.index("nvlink") + 1 if "nvlink" in baseline.tiers else 2 :]
         base_misses = _preferred_misses(baseline, rules)
         candidates = [
             c
@@ -273,7 +303,12 @@ def plan_gang(
             failure = next((r for r in floor if isinstance(r, Infeasible)), None)
         return failure or Infeasible(reason="no placement found")
     # Fewest cp/ep groups outside their Preferred tier, then the lowest score, then the first.
-    return min(enumerate(candidates), key=lambda ic: (_preferred_misses(ic[1], rules), round(ic[1].score, 9), ic[0]))[1]
+    best = min(enumerate(candidates), key=lambda ic: (_preferred_misses(ic[1], rules), round(ic[1].score, 9), ic[0]))[1]
+    return replace(
+        best,
+        warnings=(*topo.warnings, *rule_warnings, *best.warnings),
+        topology_warnings=topo.warnings,
+    )
 
 
 def _preferred_misses(placement: Placement, rules: Mapping[str, tuple[int | None, int | None]]) -> int:
@@ -378,10 +413,10 @@ def _placement(spec: GEMTrainingSpec, topo: _Topo, nodes: tuple[str, ...], cost_
         path = topo.host_path[host]
         names = {}
         for t, dom in enumerate(path):
-            alone = t > 0 and dom.tier == 0  # no label at this tier: the host is alone in it
+            alone = dom.tier < t  # no label at this tier: the host (or its tighter domain) is alone in it
             names[tiers[t]] = "(none)" if alone else dom.name
             ids[tiers[t]].append(dom.uid)
-            groups[tiers[t]].setdefault(f"(none) {host}" if alone else dom.name, []).append(node_rank)
+            groups[tiers[t]].setdefault(f"(none) {dom.name}" if alone else dom.name, []).append(node_rank)
         node_domains.append(names)
     cost = comm_cost(
         ids,
@@ -461,8 +496,12 @@ def embedding_sharding_group(placement: Placement, spec: GEMTrainingSpec) -> int
     """
     if spec.embedding_sharding_group:
         return spec.embedding_sharding_group
-    labels = {t.name: t.label for t in spec.topology.tiers}
-    rules = _rules(spec, placement.tiers, tuple(labels.get(t) for t in placement.tiers))
+    if placement.tierset is not None:
+        tier_labels = placement.tierset.labels
+    else:
+        labels = {t.name: t.label for t in spec.topology.tiers or ()}
+        tier_labels = tuple(labels.get(t) for t in placement.tiers)
+    rules = _rules(spec, placement.tiers, tier_labels)
     tier = rules.get("embedding", (None, None))[1]
     aligned = placement.aligned_group.get(placement.tiers[tier], 0) if tier is not None else 0
     return max(placement.embedding_sharding_group, aligned)
@@ -470,7 +509,7 @@ def embedding_sharding_group(placement: Placement, spec: GEMTrainingSpec) -> int
 
 def cost_model_for(spec: GEMTrainingSpec) -> CostModel:
     """The default traffic model, with the link bandwidths that the spec's tiers declare."""
-    declared = {t.name: t.bandwidth_gbps * 1e9 for t in spec.topology.tiers if t.bandwidth_gbps is not None}
+    declared = {t.name: t.bandwidth_gbps * 1e9 for t in spec.topology.tiers or () if t.bandwidth_gbps is not None}
     if not declared:
         return CostModel()
     defaults = CostModel()
