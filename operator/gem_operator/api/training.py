@@ -12,6 +12,7 @@ from typing import Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from gem_operator.api.common import ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.pod_template import check_main_container
 
 MESH_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
@@ -258,6 +259,7 @@ class GEMTrainingSpec(ApiModel):
                 f"world size {world} (pp*dpReplicate*dpShard*cp*tp) is not a multiple of gpusPerNode "
                 f"({self.gpus_per_node}): one pod takes all GPUs of a host; change a degree so it is"
             )
+        check_main_container(self.workload.pod_template, "trainer")
         if self.embedding_sharding_group is not None and world % self.embedding_sharding_group != 0:
             raise ValueError(
                 f"embeddingShardingGroup ({self.embedding_sharding_group}) must divide the world size "

@@ -53,7 +53,7 @@ largest group of consecutive ranks whose aligned blocks each sit inside one doma
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -63,8 +63,10 @@ from gem_operator.api.training import DEFAULT_TIERS, GEMTrainingSpec
 from gem_operator.topology.cluster import (
     DEFAULT_TOLERATIONS,
     ClusterView,
+    HostView,
     blocking_taints,
     cluster_view_from_objects,
+    node_selected,
 )
 from gem_operator.topology.cost import CostModel, comm_cost
 from gem_operator.topology.domains import _build_topology, _compute_caps, _Dom, _Topo
@@ -130,14 +132,27 @@ def _rules(
 
 
 def _qualify(
-    view: ClusterView, nproc: int, exclude: frozenset[str], tolerations: Sequence[Mapping[str, str]]
+    view: ClusterView,
+    nproc: int,
+    exclude: frozenset[str],
+    tolerations: Sequence[Mapping[str, str]],
+    selected: Callable[[HostView], bool] = lambda _: True,
 ) -> tuple[set[str], dict[str, int], int]:
     ok: set[str] = set()
-    why = {"excluded": 0, "not Ready": 0, "cordoned": 0, "tainted": 0, "too few free GPUs": 0}
+    why = {
+        "excluded": 0,
+        "not selected by the pod template": 0,
+        "not Ready": 0,
+        "cordoned": 0,
+        "tainted": 0,
+        "too few free GPUs": 0,
+    }
     best_short = 0
     for h in view.hosts:
         if h.name in exclude:
             why["excluded"] += 1
+        elif not selected(h):
+            why["not selected by the pod template"] += 1
         elif not h.ready:
             why["not Ready"] += 1
         elif h.unschedulable:
@@ -228,7 +243,18 @@ def _plan(
     n_nodes = spec.num_nodes
     exclude = frozenset(exclude_nodes)
     tier_names, labels = tierset.names, tierset.labels
-    qualified, why, best_short = _qualify(view, nproc, exclude, tolerations)
+    template = spec.workload.pod_template
+    if template is not None:
+        # The pods also carry the template's tolerations, nodeSelector and node affinity: plan only
+        # on hosts the scheduler will let them run on.
+        tolerations = [*tolerations, *(t.to_wire() for t in template.spec.tolerations)]
+        affinity = template.spec.affinity.node_affinity if template.spec.affinity else None
+        node_selector = template.spec.node_selector
+        qualified, why, best_short = _qualify(
+            view, nproc, exclude, tolerations, lambda h: node_selected(h, node_selector, affinity)
+        )
+    else:
+        qualified, why, best_short = _qualify(view, nproc, exclude, tolerations)
     if len(qualified) < n_nodes:
         skipped = ", ".join(f"{n} {reason}" for reason, n in why.items() if n)
         extra = f" (the fullest of those has {best_short} free)" if why["too few free GPUs"] else ""
