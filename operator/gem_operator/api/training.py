@@ -132,6 +132,17 @@ class TopologySpec(ApiModel):
         description="Per-dimension rules; the planner's defaults otherwise.",
     )
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.tiers) && has(self.kueueTopology))",
+                    "message": "set topology.tiers or topology.kueueTopology, not both",
+                }
+            ]
+        }
+    )
+
     @model_validator(mode="after")
     def _known_tiers(self) -> Self:
         if self.tiers is None:
