@@ -13,7 +13,7 @@ from gem_operator.api.crd import all_crds, build_crd, render_yaml
 from gem_operator.api.schema_check import apply_defaults, schema_errors, validate_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
+SAMPLES = sorted((ROOT / "crds" / "samples").glob("**/*.yaml"))  # overlays/ too
 INVALID = sorted((Path(__file__).parent / "invalid").glob("*.yaml"))
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gem_operator.api.training import GEMTrainingSpec
+from gem_operator.api.training import GEMTrainingSpec, TopologyTier
 from gem_operator.render.training import rank_coords
 from gem_operator.topology import (
     ClusterView,
@@ -236,7 +236,15 @@ def test_hosts_with_too_few_free_gpus_do_not_qualify() -> None:
 
 def test_missing_labels_make_singleton_domains() -> None:
     nodes = [node(f"h{i}", None, None) for i in range(4)]
-    plan = placed(plan_gang(spec(tp=8, cp=2), view(nodes)))
+    tiers = [
+        ("host", "kubernetes.io/hostname"),
+        ("nvlink", CLIQUE),
+        ("rack", "gem.dev/rack"),
+        ("block", "gem.dev/block"),
+    ]
+    job = spec(tp=8, cp=2).model_copy(deep=True)
+    job.topology.tiers = [TopologyTier(name=n, label=lbl) for n, lbl in tiers]
+    plan = placed(plan_gang(job, view(nodes)))
     assert plan.cost.groups_split["cp"]["nvlink"] == 8  # all 8 cp groups (one per tp rank)
     assert plan.cost.groups_split["cp"]["rack"] == 8
     assert plan.node_domains[0]["nvlink"] == "(none)"

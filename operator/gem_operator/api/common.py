@@ -144,6 +144,10 @@ class SecretRef(ApiModel):
     )
 
 
+# pod_template builds on ApiModel and Quantity above; Workload below embeds it.
+from gem_operator.api.pod_template import PodTemplate  # noqa: E402
+
+
 class Workload(ApiModel):
     """The container the operator runs: image, resources, extra env and args."""
 
@@ -161,6 +165,21 @@ class Workload(ApiModel):
     env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra literal env vars.")
     args: list[str] = Field(default_factory=list, max_length=64, description="Extra arguments.")
     service_account_name: str | None = Field(default=None, description="ServiceAccount for the pods.")
+    shm_size: Quantity | None = Field(
+        default=None,
+        description=(
+            "Size of the memory-backed /dev/shm (NCCL, DataLoader workers); default 16Gi for GEMTraining, "
+            'none for the pools; "0" mounts none.'
+        ),
+    )
+    pod_template: PodTemplate | None = Field(
+        default=None,
+        description=(
+            "PodTemplateSpec subset merged into every pod: labels, annotations, nodeSelector, tolerations, "
+            "affinity, priorityClassName, schedulerName, runtimeClassName, imagePullSecrets, volumes, hostNetwork, "
+            "dnsPolicy, securityContext, containers (the main one by name, others as sidecars), initContainers."
+        ),
+    )
 
     @field_validator("image_pull_policy")
     @classmethod

@@ -61,7 +61,8 @@ def _unknown_fields(schema: Mapping[str, Any], value: Any, path: list[Any]) -> I
     if isinstance(value, dict) and "properties" in schema:
         for name, sub in value.items():
             if name not in schema["properties"]:
-                yield f"{_path([*path, name])}: unknown field; remove it or check its spelling"
+                if not schema.get("x-kubernetes-preserve-unknown-fields"):
+                    yield f"{_path([*path, name])}: unknown field; remove it or check its spelling"
             else:
                 yield from _unknown_fields(schema["properties"][name], sub, [*path, name])
     elif isinstance(value, list) and "items" in schema:

@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from gem_operator.api.autoscaling import MIN_LE_MAX_RULE, AutoscalingSpec
 from gem_operator.api.common import ApiModel, Condition, ModelSource, Workload
+from gem_operator.api.pod_template import check_main_container
 
 
 class ReplicaPoolSpec(ApiModel):
@@ -40,6 +41,11 @@ class RankingServiceSpec(ReplicaPoolSpec):
     precompute_ref: str | None = Field(
         default=None, description="SolarisPrecompute whose embeddings the ranker looks up."
     )
+
+    @model_validator(mode="after")
+    def _main_container(self) -> Self:
+        check_main_container(self.workload.pod_template, "ranker")
+        return self
 
 
 class EmbeddingStore(ApiModel):
@@ -113,6 +119,11 @@ class SolarisPrecomputeSpec(ReplicaPoolSpec):
     autoscaling: PrecomputeAutoscalingSpec = Field(
         default_factory=PrecomputeAutoscalingSpec, description="Scaling on SM utilisation and backlog."
     )
+
+    @model_validator(mode="after")
+    def _main_container(self) -> Self:
+        check_main_container(self.workload.pod_template, "precompute")
+        return self
 
 
 class MetricSample(ApiModel):

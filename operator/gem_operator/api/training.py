@@ -12,6 +12,7 @@ from typing import Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from gem_operator.api.common import ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.pod_template import check_main_container
 
 MESH_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
@@ -83,6 +84,10 @@ DEFAULT_TIERS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: Tier names that discovery uses when topology.tiers is unset (gem_operator.topology.tiers).
+DISCOVERED_TIER_NAMES: tuple[str, ...] = ("host", "machine", "nvlink", "rack", "block", "spine", "zone")
+
+
 class PlacementMode(StrEnum):
     REQUIRED = "Required"
     PREFERRED = "Preferred"
@@ -99,13 +104,27 @@ class DimensionPlacement(ApiModel):
 
 
 class TopologySpec(ApiModel):
-    """Ordered topology tiers, tightest first, and per-dimension placement rules."""
+    """Ordered topology tiers, tightest first, and per-dimension placement rules.
 
-    tiers: list[TopologyTier] = Field(
-        default_factory=lambda: [TopologyTier(name=n, label=lbl) for n, lbl in DEFAULT_TIERS],
+    Unset ``tiers`` (and no ``kueueTopology``) means discovery: the planner takes the known label
+    conventions present on the GPU nodes (host, machine, nvlink, rack, block, spine, zone; see
+    ``gem_operator.topology.tiers``).
+    """
+
+    tiers: list[TopologyTier] | None = Field(
+        default=None,
         min_length=1,
         max_length=8,
-        description="Tiers from tightest (host) to widest (zone).",
+        description=(
+            "Tiers from tightest (host) to widest (zone). Unset: discovered from the node labels "
+            "(NVIDIA, GKE, EKS, OCI, gem.dev and zone conventions)."
+        ),
+    )
+    kueue_topology: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        max_length=253,
+        description="Name of a Kueue Topology (kueue.x-k8s.io) whose levels are the tiers; excludes tiers.",
     )
     placement: list[DimensionPlacement] = Field(
         default_factory=list,
@@ -113,8 +132,31 @@ class TopologySpec(ApiModel):
         description="Per-dimension rules; the planner's defaults otherwise.",
     )
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.tiers) && has(self.kueueTopology))",
+                    "message": "set topology.tiers or topology.kueueTopology, not both",
+                }
+            ]
+        }
+    )
+
     @model_validator(mode="after")
     def _known_tiers(self) -> Self:
+        if self.tiers is None:
+            if self.kueue_topology is not None:
+                return self  # the Topology's levels are read at plan time; the planner judges the rules
+            for i, rule in enumerate(self.placement):
+                if rule.tier not in DISCOVERED_TIER_NAMES:
+                    raise ValueError(
+                        f"placement[{i}].tier {rule.tier!r} is not a tier; with topology.tiers unset use one of "
+                        f"{list(DISCOVERED_TIER_NAMES)} or list the tiers in topology.tiers"
+                    )
+            return self
+        if self.kueue_topology is not None:
+            raise ValueError("set topology.tiers or topology.kueueTopology, not both")
         names = [t.name for t in self.tiers]
         if len(set(names)) != len(names):
             raise ValueError(f"tier names must be unique, got {names}")
@@ -228,12 +270,21 @@ class GEMTrainingSpec(ApiModel):
                 f"world size {world} (pp*dpReplicate*dpShard*cp*tp) is not a multiple of gpusPerNode "
                 f"({self.gpus_per_node}): one pod takes all GPUs of a host; change a degree so it is"
             )
+        check_main_container(self.workload.pod_template, "trainer")
         if self.embedding_sharding_group is not None and world % self.embedding_sharding_group != 0:
             raise ValueError(
                 f"embeddingShardingGroup ({self.embedding_sharding_group}) must divide the world size "
                 f"({world}); pick a divisor such as {self.nproc_per_node}"
             )
         return self
+
+
+class TierUsage(ApiModel):
+    """One tier a plan used and how many candidate nodes carry its label."""
+
+    name: str = Field(description="Tier name (placement rules use it).")
+    label: str = Field(description="Node label key.")
+    nodes: int = Field(ge=0, description="Candidate (GPU) nodes that carry the label.")
 
 
 class PlacementSummary(ApiModel):
@@ -249,6 +300,10 @@ class PlacementSummary(ApiModel):
     embedding_sharding_group: int | None = Field(
         default=None, description="Ranks per TorchRec sharding group given to the pods (aligned to the placement)."
     )
+    tier_source: str | None = Field(
+        default=None, description="Where the tiers came from: spec, discovered or kueue/<Topology name>."
+    )
+    tiers: list[TierUsage] = Field(default_factory=list, description="Tiers used, tightest first.")
 
 
 class GEMTrainingStatus(ApiModel):

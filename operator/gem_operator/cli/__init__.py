@@ -159,7 +159,18 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with EmbeddedCluster(args.fleet, list(gem_crds().values()), host=args.host, port=args.port) as cluster:
+    token = None
+    if args.token_file:
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as exc:
+            print(f"gemop sim up: --token-file: {exc}", file=sys.stderr)
+            return 2
+        if not token:
+            print(f"gemop sim up: --token-file {args.token_file} is empty; put the bearer token in it", file=sys.stderr)
+            return 2
+    crds = list(gem_crds().values())
+    with EmbeddedCluster(args.fleet, crds, host=args.host, port=args.port, token=token) as cluster:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         cluster.apply(peering_object(PEERING_NAME, "default"))
         print(f"embedded cluster serving at {cluster.url}; kubeconfig: {kubeconfig}", flush=True)
@@ -229,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
     up.add_argument("--kubeconfig", type=Path, default=Path("gem-sim.kubeconfig"), help="where to write it")
     up.add_argument("--operator", action="store_true", help="also run the operator in this process")
+    up.add_argument(
+        "--token-file", type=Path, help="require the bearer token in this file on every request (401 otherwise)"
+    )
     up.set_defaults(func=_cmd_sim_up)
 
     sub.add_parser(

@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from gem_operator.kube import KubeApi
+from gem_operator.kube import KubeApi, auth
 
 RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("GEM_METRICS_PORT", "0"))
@@ -50,9 +50,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In-cluster service account first, then $KUBECONFIG, read when called.
-
-    kopf's defaults would pick whichever client library happens to be installed; this keeps the
-    operator's credentials independent of that.
-    """
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    """Through the official client when a kubeconfig or in-cluster config exists (exec plugins,
+    OIDC, token refresh), else kopf's service-account and kubeconfig logins (``kube/auth.py``).
+    The seam (``memo.kube``) logs in the same way."""
+    return auth.login(**kwargs)

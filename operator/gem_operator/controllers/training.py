@@ -26,6 +26,7 @@ from gem_operator.controllers.reconcile import (
 )
 from gem_operator.controllers.settings import MODEL_PEERS, RESYNC_SECONDS
 from gem_operator.controllers.status import observe_gang, training_phase
+from gem_operator.kube.kueue import read_topology
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
 from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, render_training
 from gem_operator.topology import (
@@ -35,6 +36,7 @@ from gem_operator.topology import (
     embedding_sharding_group,
     plan_gang,
 )
+from gem_operator.topology.tiers import kueue_levels
 
 INFO = GEM_TRAINING
 
@@ -130,9 +132,12 @@ class TrainingPass:
         if node_names is None:
             return
         placement = fields.get("placement") or {}
-        tiers = spec.topology.tiers
+        # the tiers the plan used (spec, Kueue or discovered), host tier excluded
+        tiers = [(t["name"], t["label"]) for t in placement.get("tiers") or []][1:]
+        if not tiers:
+            tiers = [(t.name, t.label) for t in (spec.topology.tiers or [])[1:]]
         topology = {
-            name: {t.name: labels[t.label] for t in tiers[1:] if t.label in labels}
+            name: {tier: labels[label] for tier, label in tiers if label in labels}
             for name, node in nodes.items()
             for labels in [node["metadata"].get("labels") or {}]
         }
@@ -236,6 +241,11 @@ class TrainingPass:
         ]
         view = cluster_view_from_objects(list(nodes.values()), others)
         excluded = frozenset(fields.get("excludedNodes") or [])
+        levels: list[str] | None = None
+        if spec.topology.kueue_topology and not spec.topology.tiers:
+            levels = await self.kueue_levels(spec.topology.kueue_topology)
+            if levels is None:
+                return None
         if valid:
             # Replica-group restart: keep the hosts that are fine, plan the missing ranks as a sub-gang.
             missing = [r for r, n in enumerate(current) if not n]
@@ -243,33 +253,23 @@ class TrainingPass:
                 update={"parallelism": spec.parallelism.model_copy(update={"dp_replicate": 1, "world_size": None})}
             )
             taken = frozenset(n for n in current if n)
-            result = plan_gang(sub, view, exclude_nodes=excluded | taken) if len(missing) == sub.num_nodes else None
+            result = (
+                plan_gang(sub, view, exclude_nodes=excluded | taken, kueue_levels=levels)
+                if len(missing) == sub.num_nodes
+                else None
+            )
             if isinstance(result, Placement):
                 for r, host in zip(missing, result.nodes, strict=True):
                     current[r] = host
                 fields["placement"] = {**placement, "nodes": current}
                 self.event("Normal", "Placed", f"replica group re-placed on {', '.join(result.nodes)}")
                 return list(current)
-        result_full = plan_gang(spec, view, exclude_nodes=excluded)
+        result_full = plan_gang(spec, view, exclude_nodes=excluded, kueue_levels=levels)
         if isinstance(result_full, Infeasible):
-            message = "; ".join([result_full.reason, *result_full.details])
-            fields["phase"] = "Pending"
-            fields["placement"] = None
-            self.condition("Placed", "False", "Unschedulable", message)
-            self.condition("Ready", "False", "Unschedulable", message)
-            self.condition("Running", "False", "Unschedulable", message)
-            old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
-            if old.get("message") != message:
-                self.event("Warning", "PlacementFailed", message)
-            # All-or-nothing: no pod is created for a gang that cannot be placed whole.
-            await self.delete_pods()
-            await apply_children(
-                self.ctx,
-                INFO,
-                render_training(self.owner, spec.model_copy(update={"suspend": True})).all(),
-                self.outcome,
-            )
+            await self.unplaced("Unschedulable", "; ".join([result_full.reason, *result_full.details]))
             return None
+        for warning in result_full.topology_warnings:
+            self.event("Warning", "TopologyInconsistent", warning)
         summary: PlacementSummary = result_full.summary()
         summary.spec_key = key
         summary.embedding_sharding_group = embedding_sharding_group(result_full, spec)
@@ -279,6 +279,42 @@ class TrainingPass:
         self.event("Normal", "Placed", f"{spec.num_nodes} pods on {', '.join(result_full.nodes)}"
                    + (f" (NVLink domains {', '.join(domains)})" if domains else ""))  # fmt: skip
         return list(result_full.nodes)
+
+    async def unplaced(self, reason: str, message: str) -> None:
+        """No plan: Pending, conditions and an Event that say why, and no pods (all-or-nothing)."""
+        fields = self.fields
+        fields["phase"] = "Pending"
+        fields["placement"] = None
+        self.condition("Placed", "False", reason, message)
+        self.condition("Ready", "False", reason, message)
+        self.condition("Running", "False", reason, message)
+        old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
+        if old.get("message") != message:
+            self.event("Warning", "PlacementFailed", message)
+        # All-or-nothing: no pod is created for a gang that cannot be placed whole.
+        await self.delete_pods()
+        await apply_children(
+            self.ctx,
+            INFO,
+            render_training(self.owner, self.spec.model_copy(update={"suspend": True})).all(),
+            self.outcome,
+        )
+
+    async def kueue_levels(self, name: str) -> list[str] | None:
+        """The node labels of the Kueue Topology the spec names, or None (unplaced, with why)."""
+        obj = await read_topology(self.ctx.kube, name)
+        if obj is None:
+            await self.unplaced(
+                "TopologyNotFound",
+                f"spec.topology.kueueTopology: no Kueue Topology named {name!r} "
+                "(kueue.x-k8s.io v1beta1/v1alpha1); create it or set spec.topology.tiers",
+            )
+            return None
+        try:
+            return kueue_levels(obj)
+        except ValueError as exc:
+            await self.unplaced("InvalidTopology", f"spec.topology.kueueTopology: {exc}")
+            return None
 
     async def ungate_when_whole(self, pods: list[dict[str, Any]]) -> None:
         """Remove the gang gate from every pod, but only once all of them exist."""

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightkube import ALL_NS, AsyncClient, codecs
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import (
@@ -26,6 +25,7 @@ from lightkube.generic_resource import (
 from lightkube.types import PatchType
 
 from gem_operator.api.kinds import KINDS
+from gem_operator.kube import auth
 from gem_operator.kube.diff import is_subset
 from gem_operator.render.common import ANNOTATION_SPEC_HASH
 
@@ -94,9 +94,9 @@ class KubeApi:
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeApi:
-        """From $KUBECONFIG/~/.kube/config or the in-cluster service account, as kubectl does."""
-        config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
-        return cls(AsyncClient(config=config.get(context_name=context), field_manager="gem-operator"))
+        """From $KUBECONFIG/~/.kube/config or the in-cluster service account, as kubectl does; on the
+        same credentials as kopf's login (exec plugins included), see ``kube/auth.py``."""
+        return cls(auth.async_client(path, context, field_manager="gem-operator"))
 
     async def close(self) -> None:
         await self._client.close()

@@ -20,6 +20,7 @@ from gem_operator.render.common import (
     node_cache_volume,
     selector_labels,
 )
+from gem_operator.render.pod_template import apply_workload_extras
 
 ROLE_SERVER = "server"
 ROLE_PRECOMPUTE = "precompute"
@@ -85,7 +86,9 @@ def _pod_template(
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     template_meta = metadata(owner, "", role, app)
-    return {"metadata": {"labels": template_meta["labels"]}, "spec": pod_spec}
+    template = {"metadata": {"labels": template_meta["labels"]}, "spec": pod_spec}
+    apply_workload_extras(template, main["name"], wl)
+    return template
 
 
 def _deployment(owner: Owner, role: str, app: str, replicas: int, template: dict[str, Any]) -> dict[str, Any]:

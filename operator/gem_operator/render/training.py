@@ -28,6 +28,7 @@ from gem_operator.render.common import (
     selector_labels,
     spec_hash,
 )
+from gem_operator.render.pod_template import apply_workload_extras
 
 APP = "gem-training"
 ROLE_WORKER = "worker"
@@ -44,6 +45,9 @@ STAGING_DIR = f"{SCRATCH_MOUNT}/staging"
 RESTORE_DIR = f"{SCRATCH_MOUNT}/restore"
 RESTORE_CONTAINER = "checkpoint-restore"
 _CHECKPOINT_NAME = re.compile(r"step-\d+")
+MAIN_CONTAINER = "trainer"
+#: /dev/shm for NCCL and DataLoader workers when spec.workload.shmSize is unset (a container's own is 64 MiB).
+DEFAULT_SHM_SIZE = "16Gi"
 
 
 def rank_coords(rank: int, shape: Sequence[int]) -> list[int]:
@@ -145,6 +149,12 @@ def _env(
     return env
 
 
+def _host_label(spec: GEMTrainingSpec) -> str:
+    """The node label that pins a pod to its host: the spec's first tier, else the hostname label."""
+    tiers = spec.topology.tiers
+    return tiers[0].label if tiers else "kubernetes.io/hostname"
+
+
 def _pod(
     owner: Owner,
     spec: GEMTrainingSpec,
@@ -178,7 +188,7 @@ def _pod(
         "tolerations": [GPU_TOLERATION],
         "containers": [
             {
-                "name": "trainer",
+                "name": MAIN_CONTAINER,
                 "image": wl.image,
                 "imagePullPolicy": wl.image_pull_policy,
                 "command": ["torchrun"],
@@ -207,11 +217,7 @@ def _pod(
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": spec.topology.tiers[0].label, "operator": "In", "values": [node_name]}
-                            ]
-                        }
+                        {"matchExpressions": [{"key": _host_label(spec), "operator": "In", "values": [node_name]}]}
                     ]
                 }
             }
@@ -219,8 +225,9 @@ def _pod(
         pod_spec["schedulingGates"] = [{"name": GANG_GATE}]
     extra = {**passthrough_labels(owner), LABEL_NODE_RANK: str(node_rank)}
     meta = metadata(owner, name, ROLE_WORKER, APP, extra)
+    apply_workload_extras({"metadata": meta, "spec": pod_spec}, MAIN_CONTAINER, wl, shm_default=DEFAULT_SHM_SIZE)
     # GEM_RESUME_FROM only matters when a pod starts; a newer checkpoint must not replace running pods.
-    meta["annotations"] = {ANNOTATION_SPEC_HASH: spec_hash(_without_resume(pod_spec))}
+    meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_SPEC_HASH: spec_hash(_without_resume(pod_spec))}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 

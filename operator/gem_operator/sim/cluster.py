@@ -52,10 +52,13 @@ class EmbeddedCluster:
         lifecycle: LifecycleConfig | None = None,
         namespaces: Iterable[str] = ("default",),
         kopf_peering: bool = True,
+        token: str | None = None,
     ) -> None:
+        """``token``: require it as a bearer token on every request (the kubeconfig carries it)."""
         self._nodes = self._fleet_nodes(fleet)
         self._crds = load_crds([*(KOPF_PEERING_CRDS if kopf_peering else ()), *crds])
         self._host, self._port = host, port
+        self._token = token
         self._namespaces = builtins.list(namespaces)
         self.emulator = Emulator()
         self.lifecycle = PodLifecycle(self.emulator, lifecycle)
@@ -83,7 +86,7 @@ class EmbeddedCluster:
     async def start(self) -> None:
         """Start serving on the current loop (what `async with` does)."""
         await self.emulator.__aenter__()
-        self._runner, self._url = await start_http(self.emulator, self._host, self._port)
+        self._runner, self._url = await start_http(self.emulator, self._host, self._port, self._token)
         for namespace in self._namespaces:
             await self.emulator.create_object(NAMESPACES, {"metadata": {"name": namespace}})
         for crd in self._crds:
@@ -164,12 +167,12 @@ class EmbeddedCluster:
     # -- kubeconfig --------------------------------------------------------------------------------
 
     def kubeconfig(self) -> dict[str, Any]:
-        """A kubeconfig for kopf, kubectl and lightkube (plain HTTP, a dummy token)."""
+        """A kubeconfig for kopf, kubectl and lightkube (plain HTTP; the required token, else a dummy)."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "gem-sim", "cluster": {"server": self.url}}],
-            "users": [{"name": "gem-sim", "user": {"token": "gem-sim"}}],
+            "users": [{"name": "gem-sim", "user": {"token": self._token or "gem-sim"}}],
             "contexts": [
                 {
                     "name": "gem-sim",

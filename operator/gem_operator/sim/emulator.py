@@ -37,6 +37,7 @@ import attrs
 import kmock
 from kmock._internal import parsing as _kmock_parsing
 
+from gem_operator.sim.auth import require_bearer
 from gem_operator.sim.crds import ALL_VERBS, ResourceSpec, crd_resources
 from gem_operator.sim.objects import (
     Obj,
@@ -818,10 +819,17 @@ def _plain_json(
     return wrapped
 
 
-async def start_http(emulator: Emulator, host: str = "127.0.0.1", port: int = 0) -> tuple[aiohttp.web.BaseRunner, str]:
-    """Serve the emulator on a real TCP port; returns the runner (to clean up) and the URL."""
+async def start_http(
+    emulator: Emulator, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+) -> tuple[aiohttp.web.BaseRunner, str]:
+    """Serve the emulator on a real TCP port; returns the runner (to clean up) and the URL.
+
+    With ``token``, requests must bear it (``sim/auth.py``)."""
+    handler = _plain_json(emulator)
+    if token is not None:
+        handler = require_bearer(token, handler)
     # handler_cancellation: a client that drops a watch must end its streaming handler.
-    server = aiohttp.web.Server(_plain_json(emulator), handler_cancellation=True, access_log=None)
+    server = aiohttp.web.Server(handler, handler_cancellation=True, access_log=None)
     runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, host, port)

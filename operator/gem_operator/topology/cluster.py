@@ -200,3 +200,46 @@ def cluster_view_from_objects(nodes: Any, pods: Any = ()) -> ClusterView:
             )
         )
     return ClusterView(hosts=tuple(out))
+
+
+def _expression_holds(labels: Mapping[str, str], expr: Mapping[str, Any]) -> bool:
+    key, op = str(expr.get("key", "")), str(expr.get("operator", ""))
+    values = [str(v) for v in expr.get("values") or []]
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def node_selected(
+    host: HostView, node_selector: Mapping[str, str], node_affinity: Mapping[str, Any] | None = None
+) -> bool:
+    """Whether the pods' nodeSelector and required node affinity admit this host, as the scheduler
+    judges them (terms ORed, expressions in a term ANDed; ``metadata.name`` matchFields too)."""
+    if any(host.labels.get(k) != v for k, v in node_selector.items()):
+        return False
+    required = (node_affinity or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    fields = {"metadata.name": host.name}
+    for term in terms:
+        exprs = term.get("matchExpressions") or []
+        matches = term.get("matchFields") or []
+        if not exprs and not matches:
+            continue  # an empty term selects nothing
+        if all(_expression_holds(host.labels, e) for e in exprs) and all(_expression_holds(fields, f) for f in matches):
+            return True
+    return False
