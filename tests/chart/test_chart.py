@@ -299,6 +299,9 @@ def test_model_cache_daemonset_toggle(chart: helm.Chart) -> None:
     assert env["GEM_MODEL_PEERS"] == f"http://{cache_svc['metadata']['name']}.{NAMESPACE}.svc:9470"
     plain = one(render(chart), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert "GEM_MODEL_PEERS" not in {e["name"] for e in plain}
+    # Pods mount the hostPath cache only where the DaemonSet prepares it for their uid.
+    assert env["GEM_NODE_CACHE"] == "hostPath"
+    assert {e["name"]: e.get("value") for e in plain}["GEM_NODE_CACHE"] == "off"
 
 
 def test_image_by_digest_and_overrides(chart: helm.Chart) -> None:

@@ -26,6 +26,11 @@ SCALING_DECISIONS = Counter(
 SM_ACTIVE = Gauge(
     "gem_operator_pool_sm_active", "Last SM-active reading the autoscaler used.", ["kind", "namespace", "name"]
 )
+MODEL_CACHE_FALLBACK_PODS = Gauge(
+    "gem_operator_model_cache_fallback_pods",
+    "Pods whose model loader could not use the node cache and pulled directly (termination message).",
+    ["kind", "namespace", "name"],
+)
 INVALID_SPECS = Counter("gem_operator_invalid_spec_total", "Resources rejected as InvalidSpec.", ["kind"])
 
 _started: set[int] = set()

@@ -8,9 +8,11 @@ import kopf
 
 from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
+from gem_operator.controllers import metrics
 from gem_operator.controllers.autoscaler import autoscale
+from gem_operator.controllers.pod_reasons import cache_fallbacks
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
-from gem_operator.controllers.settings import MODEL_PEERS, RESYNC_SECONDS
+from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SECONDS
 from gem_operator.controllers.status import model_load_seconds, pool_phase
 from gem_operator.render.common import Owner, child_name, selector_labels
 from gem_operator.render.serving import (
@@ -32,6 +34,7 @@ async def _pool_pass(
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     pods = await ctx.kube.list("v1", "Pod", ctx.namespace, selector_labels(owner, role)) if deployment else []
     loaded = model_load_seconds(pods)
+    metrics.MODEL_CACHE_FALLBACK_PODS.labels(info.kind, ctx.namespace, ctx.name).set(len(cache_fallbacks(pods)))
     outcome.draft.fields["modelLoadSeconds"] = (
         loaded if loaded is not None else (ctx.body.get("status") or {}).get("modelLoadSeconds")
     )
@@ -43,9 +46,9 @@ async def _pool_pass(
         current = int((deployment.get("spec") or {}).get("replicas") or 0)
         replicas = await autoscale(ctx, info.kind, spec, pods, current, outcome)
     if isinstance(spec, RankingServiceSpec):
-        manifests = render_ranking_service(owner, spec, replicas, MODEL_PEERS)
+        manifests = render_ranking_service(owner, spec, replicas, MODEL_PEERS, NODE_CACHE)
     else:
-        manifests = render_precompute(owner, spec, replicas, MODEL_PEERS)
+        manifests = render_precompute(owner, spec, replicas, MODEL_PEERS, NODE_CACHE)
     await apply_children(ctx, info, manifests, outcome)
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     outcome.draft.fields["selector"] = pool_selector(owner, role)

@@ -18,6 +18,11 @@ RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("GEM_METRICS_PORT", "0"))
 # Model-cache peers for the loader (the chart's cache Service when its DaemonSet is enabled).
 MODEL_PEERS: tuple[str, ...] = tuple(u for u in os.environ.get("GEM_MODEL_PEERS", "").split(",") if u)
+# Whether workload pods may mount the node cache hostPath (`model.loader.nodeCache`): "hostPath"
+# (default: the embedded cluster, or a chart whose model-cache DaemonSet prepares the directory for
+# the workloads' uid) or "off" (the chart's default install: no hostPath, so the pods pass the
+# `baseline`/`restricted` Pod Security levels and never meet a root-owned cache directory).
+NODE_CACHE: bool = os.environ.get("GEM_NODE_CACHE", "hostPath").strip().lower() not in ("off", "false", "0", "none")
 
 
 @kopf.on.startup()

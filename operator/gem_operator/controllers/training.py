@@ -24,7 +24,7 @@ from gem_operator.controllers.reconcile import (
     prune_children,
     reconcile,
 )
-from gem_operator.controllers.settings import MODEL_PEERS, RESYNC_SECONDS
+from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SECONDS
 from gem_operator.controllers.status import observe_gang, training_phase
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
 from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, render_training
@@ -145,6 +145,7 @@ class TrainingPass:
             placement_json={"planner": placement.get("planner"), "nodes": node_names, "score": placement.get("score")},
             embedding_sharding_group=placement.get("embeddingShardingGroup"),
             peers=MODEL_PEERS,
+            node_cache=NODE_CACHE,
         )
         observed = {"Pod": {p["metadata"]["name"]: p for p in pods}}
         await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
