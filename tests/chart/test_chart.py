@@ -26,6 +26,12 @@ NAMESPACED_RULES = {
     ("gem.dev", "gemtrainings/status"): {"patch"},
     ("gem.dev", "rankingservices/status"): {"patch"},
     ("gem.dev", "solarisprecomputes/status"): {"patch"},
+    # blockOwnerDeletion on children needs this where OwnerReferencesPermissionEnforcement is on.
+    ("gem.dev", "gemtrainings/finalizers"): {"update"},
+    ("gem.dev", "rankingservices/finalizers"): {"update"},
+    ("gem.dev", "solarisprecomputes/finalizers"): {"update"},
+    ("kueue.x-k8s.io", "workloads"): {"get", "create", "patch", "delete"},
+    ("kueue.x-k8s.io", "workloads/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -179,6 +185,20 @@ def test_rbac_is_least_privilege_and_has_no_wildcards(chart: helm.Chart) -> None
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
     assert one(docs, "ClusterRoleBinding")["subjects"] == binding["subjects"]
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == sa
+
+
+def test_owners_finalizers_are_updatable_for_block_owner_deletion(chart: helm.Chart) -> None:
+    """Every child's ownerReference sets blockOwnerDeletion: the owner kind's finalizers need `update`."""
+    from gem_operator.api.kinds import KINDS
+    from gem_operator.render.common import Owner
+
+    assert Owner("gem.dev/v1alpha1", "GEMTraining", "n", "ns", "u").reference()["blockOwnerDeletion"] is True
+    for values in (None, {"watch": {"allNamespaces": True, "namespaces": []}}):
+        docs = render(chart, values)
+        role = one(docs, "ClusterRole" if values else "Role")
+        granted = rule_map(role["rules"])
+        for info in KINDS:
+            assert "update" in granted.get((info.group, f"{info.plural}/finalizers"), set()), info.plural
 
 
 def test_chart_crds_are_identical_to_generated_crds(chart: helm.Chart) -> None:

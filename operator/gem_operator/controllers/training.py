@@ -15,7 +15,7 @@ import kopf
 
 from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
-from gem_operator.controllers import gang
+from gem_operator.controllers import gang, kueue
 from gem_operator.controllers.reconcile import (
     APPLY_CONCURRENCY,
     Outcome,
@@ -89,6 +89,7 @@ class TrainingPass:
         pods = await self.pods()
         checkpoint = gang.newest_checkpoint([self.status.get("lastCheckpoint"), *gang.reported_checkpoints(pods)])
         fields["lastCheckpoint"] = checkpoint
+        queued = await kueue.admission(self)  # None unless the resource names a Kueue queue
 
         if spec.suspend:
             await self.suspend(pods)
@@ -96,9 +97,14 @@ class TrainingPass:
         if self.status.get("phase") == "Failed":
             # Terminal, like a Job: the pods stay for inspection; delete and re-apply to retry.
             fields["phase"] = "Failed"
+            await kueue.finish(self, "Failed", str(self.status.get("lastFailure") or "failed"))
             return
         if pods and len(pods) == spec.num_nodes and all(p.get("status", {}).get("phase") == "Succeeded" for p in pods):
             training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False)
+            await kueue.finish(self, "Succeeded", "all pods succeeded")
+            return
+        if queued is not None and not queued.admitted:
+            await kueue.hold(self, queued, pods)
             return
 
         nodes = {n["metadata"]["name"]: n for n in await self.ctx.kube.list("v1", "Node", None)}
@@ -158,7 +164,7 @@ class TrainingPass:
         training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False)
 
     async def suspend(self, pods: list[dict[str, Any]]) -> None:
-        """Suspended: no pods, no placement (Kueue admits by flipping spec.suspend)."""
+        """Suspended by the user: no pods, no placement (Kueue admission is controllers/kueue.py)."""
         children = render_training(self.owner, self.spec)
         await apply_children(self.ctx, INFO, children.all(), self.outcome)
         if pods:
