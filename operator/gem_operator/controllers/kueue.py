@@ -89,6 +89,8 @@ async def hold(tp: TrainingPass, decision: KueueDecision, pods: list[dict[str, A
         tp.ctx, INFO, render_training(tp.owner, tp.spec.model_copy(update={"suspend": True})).all(), tp.outcome
     )
     if pods:
+        if not decision.evicted:  # an eviction has its own Event
+            tp.event("Normal", "GangRemoved", f"removed {len(pods)} pods: {decision.message}")
         await tp.delete_pods()
     elif decision.evicted:
         await _release(tp)

@@ -95,12 +95,22 @@ def observe_gang(expected: int, pods: Sequence[Mapping[str, Any]]) -> GangObserv
     )
 
 
+def _end_restart(draft: StatusDraft, reason: str, message: str) -> None:
+    """A `Restarting=True` left from a restart goes False once the gang runs again (or is suspended)."""
+    if any(c.type == "Restarting" and c.status == "True" for c in draft.conditions):
+        draft.condition("Restarting", "False", reason, message)
+
+
 def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool) -> None:
     """Phase and conditions of a GEMTraining from its pods."""
     if suspended:
         draft.fields["phase"] = "Suspended"
         draft.condition("Suspended", "True", "SpecSuspended", "spec.suspend is true: the gang holds no pods")
         draft.condition("Ready", "False", "Suspended", "suspended")
+        # No pod runs while suspended: say so, rather than leave the last running state standing.
+        draft.condition("Running", "False", "Suspended", "suspended: no pods")
+        _end_restart(draft, "Suspended", "suspended: no pods")
+        draft.fields["readyNodes"] = 0
         return
     draft.condition("Suspended", "False", "NotSuspended", "")
     if obs.failures:
@@ -114,6 +124,7 @@ def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool) ->
         draft.fields["phase"] = "Running"
         draft.condition("Running", "True", "AllPodsReady", f"{obs.ready}/{obs.expected} pods ready")
         draft.condition("Ready", "True", "AllPodsReady", f"{obs.ready}/{obs.expected} pods ready")
+        _end_restart(draft, "RestartCompleted", f"{obs.ready}/{obs.expected} pods ready again")
     else:
         draft.fields["phase"] = "Pending"
         draft.condition("Running", "False", "PodsStarting", f"{obs.ready}/{obs.expected} pods ready")

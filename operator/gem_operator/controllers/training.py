@@ -258,6 +258,10 @@ class TrainingPass:
                 self.event("Normal", "Placed", f"replica group re-placed on {', '.join(result.nodes)}")
                 return list(current)
         result_full = plan_gang(spec, view, exclude_nodes=excluded)
+        if isinstance(result_full, Infeasible) and mine and current and all(current):
+            # An edit the cluster cannot place yet: the running gang stays until the new shape fits.
+            await self.hold_change(result_full, len(current))
+            return None
         if isinstance(result_full, Infeasible):
             message = "; ".join([result_full.reason, *result_full.details])
             fields["phase"] = "Pending"
@@ -269,6 +273,8 @@ class TrainingPass:
             if old.get("message") != message:
                 self.event("Warning", "PlacementFailed", message)
             # All-or-nothing: no pod is created for a gang that cannot be placed whole.
+            if mine:
+                self.event("Warning", "GangRemoved", f"removed {len(mine)} pods: the gang cannot be placed whole")
             await self.delete_pods()
             await apply_children(
                 self.ctx,
@@ -286,6 +292,20 @@ class TrainingPass:
         self.event("Normal", "Placed", f"{spec.num_nodes} pods on {', '.join(result_full.nodes)}"
                    + (f" (NVLink domains {', '.join(domains)})" if domains else ""))  # fmt: skip
         return list(result_full.nodes)
+
+    async def hold_change(self, infeasible: Infeasible, running_nodes: int) -> None:
+        """Keep the placed gang and its plan; say that the spec change waits, and why."""
+        why = "; ".join([infeasible.reason, *infeasible.details])
+        message = (
+            f"spec change waits: the new gang ({self.spec.num_nodes} pods, {self.spec.world_size} GPUs) cannot be "
+            f"placed ({why}); the running gang ({running_nodes} pods) is kept until it can"
+        )
+        pods = await self.pods()
+        training_phase(self.outcome.draft, observe_gang(running_nodes, pods), suspended=False)
+        self.condition("Placed", "False", "ChangeWaiting", message)
+        old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
+        if old.get("message") != message:
+            self.event("Warning", "ChangeWaiting", message)
 
     async def ungate_when_whole(self, pods: list[dict[str, Any]]) -> None:
         """Remove the gang gate from every pod, but only once all of them exist."""
