@@ -10,7 +10,7 @@ from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
 from gem_operator.controllers import metrics
 from gem_operator.controllers.autoscaler import autoscale
-from gem_operator.controllers.pod_reasons import cache_fallbacks
+from gem_operator.controllers.pod_reasons import cache_fallbacks, not_ready_summary
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
 from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SECONDS
 from gem_operator.controllers.status import model_load_seconds, pool_phase
@@ -52,7 +52,7 @@ async def _pool_pass(
     await apply_children(ctx, info, manifests, outcome)
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     outcome.draft.fields["selector"] = pool_selector(owner, role)
-    pool_phase(outcome.draft, replicas, deployment)
+    pool_phase(outcome.draft, replicas, deployment, not_ready_summary(pods))
 
 
 async def ranking_pass(ctx: PassContext, spec: RankingServiceSpec, outcome: Outcome) -> None:

@@ -101,7 +101,7 @@ def _end_restart(draft: StatusDraft, reason: str, message: str) -> None:
         draft.condition("Restarting", "False", reason, message)
 
 
-def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool) -> None:
+def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool, why: str = "") -> None:
     """Phase and conditions of a GEMTraining from its pods."""
     if suspended:
         draft.fields["phase"] = "Suspended"
@@ -127,13 +127,15 @@ def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool) ->
         _end_restart(draft, "RestartCompleted", f"{obs.ready}/{obs.expected} pods ready again")
     else:
         draft.fields["phase"] = "Pending"
-        draft.condition("Running", "False", "PodsStarting", f"{obs.ready}/{obs.expected} pods ready")
-        draft.condition("Ready", "False", "PodsStarting", f"{obs.ready}/{obs.expected} pods ready")
+        # `why`: what the not-Ready pods say (controllers/pod_reasons.py), e.g. an image that cannot be pulled.
+        message = f"{obs.ready}/{obs.expected} pods ready" + (f": {why}" if why else "")
+        draft.condition("Running", "False", "PodsStarting", message)
+        draft.condition("Ready", "False", "PodsStarting", message)
     draft.fields["nodes"] = obs.expected
     draft.fields["readyNodes"] = obs.ready
 
 
-def pool_phase(draft: StatusDraft, desired: int, deployment: Mapping[str, Any] | None) -> None:
+def pool_phase(draft: StatusDraft, desired: int, deployment: Mapping[str, Any] | None, why: str = "") -> None:
     """Phase and conditions of a replica pool from its Deployment."""
     dstatus = (deployment or {}).get("status") or {}
     ready = int(dstatus.get("readyReplicas") or 0)
@@ -149,8 +151,9 @@ def pool_phase(draft: StatusDraft, desired: int, deployment: Mapping[str, Any] |
         draft.condition("Progressing", "False", "ReplicasReady", f"{ready}/{desired} replicas ready")
     else:
         draft.fields["phase"] = "Progressing"
-        draft.condition("Ready", "False", "ReplicasStarting", f"{ready}/{desired} replicas ready")
-        draft.condition("Progressing", "True", "ReplicasStarting", f"{ready}/{desired} replicas ready")
+        message = f"{ready}/{desired} replicas ready" + (f": {why}" if why else "")
+        draft.condition("Ready", "False", "ReplicasStarting", message)
+        draft.condition("Progressing", "True", "ReplicasStarting", message)
 
 
 def invalid(draft: StatusDraft, message: str) -> None:

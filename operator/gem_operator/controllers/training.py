@@ -16,6 +16,7 @@ import kopf
 from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
 from gem_operator.controllers import gang, kueue
+from gem_operator.controllers.pod_reasons import not_ready_summary
 from gem_operator.controllers.reconcile import (
     APPLY_CONCURRENCY,
     Outcome,
@@ -161,7 +162,8 @@ class TrainingPass:
         await self.ungate_when_whole(pods)
         if self.status.get("phase") == "Restarting":
             self.event("Normal", "Restarted", f"gang re-created; resuming from {checkpoint or 'the start'}")
-        training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False)
+        why = not_ready_summary(pods)
+        training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False, why=why)
 
     async def suspend(self, pods: list[dict[str, Any]]) -> None:
         """Suspended by the user: no pods, no placement (Kueue admission is controllers/kueue.py)."""
