@@ -99,7 +99,8 @@ def test_not_ready_pods_say_why_in_the_kubelets_words() -> None:
     summary = not_ready_summary([READY, STARTING, IMAGE_PULL, MISSING_SECRET, LOADER_FAILED])
     assert summary.count("pod rank-server-") == 3 and "rank-server-4" not in summary
     unschedulable = _pod(
-        "w-0", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes"}]
+        "w-0",
+        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes"}],
     )
     assert pod_not_ready_reason(unschedulable) == "Unschedulable: 0/8 nodes"
     many = not_ready_summary([IMAGE_PULL] * 5)

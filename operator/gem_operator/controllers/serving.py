@@ -81,3 +81,27 @@ async def reconcile_ranking(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
 @kopf.timer(_SPC.group, _SPC.version, _SPC.plural, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 async def reconcile_precompute(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Any, **_: Any) -> None:
     await reconcile(_SPC, precompute_pass, body=body, patch=patch, memo=memo, logger=logger)
+
+
+def autoscaler_owns_replicas_message(kind: str, old: object, new: object, in_effect: object) -> str:
+    """One decision, one sentence each: what was asked, what holds, how to change who decides."""
+    return (
+        f"spec.replicas changed {old} -> {new} (kubectl scale or another scaler), but the built-in autoscaler owns "
+        f"this {kind}'s replicas and keeps {in_effect}. To scale by hand or with HPA/KEDA, set "
+        "spec.autoscaling.enabled: false."
+    )
+
+
+@kopf.on.field(_RKS.group, _RKS.version, _RKS.plural, field="spec.replicas")
+@kopf.on.field(_SPC.group, _SPC.version, _SPC.plural, field="spec.replicas")
+async def replicas_edited(body: kopf.Body, old: Any, new: Any, reason: Any, **_: Any) -> None:
+    """`kubectl scale` on a pool the built-in autoscaler drives: say so instead of silently undoing it."""
+    if str(reason) != "update" or new is None or old == new:
+        return  # created/resumed, or not a change of spec.replicas
+    old = 1 if old is None else old  # absent means the schema's default
+    autoscaling = (body.get("spec") or {}).get("autoscaling") or {}
+    if autoscaling.get("enabled", True) is False:
+        return  # HPA/KEDA/kubectl own spec.replicas: the Deployment follows it
+    in_effect = (body.get("status") or {}).get("desiredReplicas", "its own count")
+    message = autoscaler_owns_replicas_message(str(body.get("kind")), old, new, in_effect)
+    kopf.event(body, type="Warning", reason="AutoscalerOwnsReplicas", message=message)
