@@ -30,6 +30,9 @@ def test_kubectl_scale_on_an_autoscaled_pool_says_who_owns_replicas(
     cluster.apply(doc)
     cluster.wait_for(lambda: status(cluster, "ads-ranker").get("phase") == "Ready", timeout=30)
     before = status(cluster, "ads-ranker")["desiredReplicas"]
+    # The autoscaler's memory is an object a person (or a health check) can read, not a JSON string.
+    state = cluster.wait_for(lambda: status(cluster, "ads-ranker").get("scalerState"), timeout=15)
+    assert isinstance(state, dict) and isinstance(state["recommendations"], list)
     # What `kubectl scale rks/ads-ranker --replicas=5` writes (through the scale subresource).
     cluster.apply({**doc, "spec": {**doc["spec"], "replicas": 5}})
     wait_for_events({("ads-ranker", "AutoscalerOwnsReplicas")})

@@ -40,6 +40,7 @@ _KEEP = {
     "nullable",
     "format",
     "x-kubernetes-validations",
+    "x-kubernetes-preserve-unknown-fields",
 }
 
 
@@ -88,6 +89,8 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         node["enum"] = [node.pop("const")]
     if node.get("type") == "object" and node.get("additionalProperties") is False:
         del node["additionalProperties"]
+    if node.get("x-kubernetes-preserve-unknown-fields") and node.get("additionalProperties") is True:
+        del node["additionalProperties"]  # extra="allow": structurally, preserve-unknown-fields says it
     for key in ("exclusiveMinimum", "exclusiveMaximum"):
         if key in node and not isinstance(node[key], bool):
             node["minimum" if key == "exclusiveMinimum" else "maximum"] = node[key]

@@ -15,7 +15,7 @@ import kopf
 
 from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
-from gem_operator.controllers import gang, kueue
+from gem_operator.controllers import gang, humanize, kueue
 from gem_operator.controllers.pod_reasons import not_ready_summary
 from gem_operator.controllers.reconcile import (
     APPLY_CONCURRENCY,
@@ -234,7 +234,12 @@ class TrainingPass:
         current = list(placement.get("nodes") or [])
         valid = placement.get("specKey") == key and len(current) == spec.num_nodes
         if valid and all(current):
-            self.condition("Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {placement.get('score')}")
+            self.condition(
+                "Placed",
+                "True",
+                "Placed",
+                f"{spec.num_nodes} pods pinned; score {humanize.score(placement.get('score'))}",
+            )
             return list(current)
         all_pods = await self.ctx.kube.list("v1", "Pod", None)
         mine = {p["metadata"]["name"] for p in await self.pods()}
@@ -289,7 +294,9 @@ class TrainingPass:
         summary.spec_key = key
         summary.embedding_sharding_group = embedding_sharding_group(result_full, spec)
         fields["placement"] = summary.to_wire()
-        self.condition("Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {summary.score:.4g}")
+        self.condition(
+            "Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {humanize.score(summary.score)}"
+        )
         domains = sorted({d.get("nvlink", "") for d in result_full.node_domains} - {""})
         self.event("Normal", "Placed", f"{spec.num_nodes} pods on {', '.join(result_full.nodes)}"
                    + (f" (NVLink domains {', '.join(domains)})" if domains else ""))  # fmt: skip
