@@ -39,7 +39,7 @@ def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str], node_cache: b
     model = spec.model
     return loader_container(
         "model-loader",
-        spec.workload.image,
+        spec.workload.image_for(spec.gpus_per_replica),
         spec.workload.image_pull_policy,
         source=model.uri,
         dest=MODEL_DIR,
@@ -65,7 +65,7 @@ def _pod_template(
     wl = spec.workload
     node_cache = node_cache and spec.model.loader.node_cache
     main = {
-        "image": wl.image,
+        "image": wl.image_for(spec.gpus_per_replica),
         "imagePullPolicy": wl.image_pull_policy,
         "resources": container_resources(
             wl.resources.requests.to_wire(), wl.resources.limits.to_wire(), spec.gpus_per_replica

@@ -180,7 +180,7 @@ def _pod(
         "containers": [
             {
                 "name": "trainer",
-                "image": wl.image,
+                "image": wl.image_for(spec.nproc_per_node),
                 "imagePullPolicy": wl.image_pull_policy,
                 "command": ["torchrun"],
                 "args": args,
@@ -257,7 +257,7 @@ def _object_store_checkpoints(
     pod_spec["initContainers"] = [
         loader_container(
             RESTORE_CONTAINER,
-            spec.workload.image,
+            spec.workload.image_for(spec.nproc_per_node),
             spec.workload.image_pull_policy,
             source=source,
             dest=f"{RESTORE_DIR}/{resume_from}",
