@@ -450,3 +450,37 @@ def test_install_manifest_matches_the_chart(chart: helm.Chart) -> None:
     assert INSTALL_MANIFEST.read_text() == want, "deploy/kubectl/gem-operator.yaml is stale: GEM_UPDATE_MANIFESTS=1"
     kinds = [d["kind"] for d in yaml.safe_load_all(want) if d]
     assert kinds[0] == "Namespace" and "Deployment" in kinds and "KopfPeering" in kinds
+
+
+def notes(chart: helm.Chart, values: dict[str, Any] | None = None) -> str:
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return next(text for path, text in out.items() if path.endswith("NOTES.txt"))
+
+
+@pytest.mark.parametrize(
+    ("values", "served", "sample_ns"),
+    [
+        (None, f"{NAMESPACE} only", NAMESPACE),
+        ({"watch": {"namespaces": ["ml-prod", "default"]}}, "ml-prod, default only", "ml-prod"),
+        ({"watch": {"allNamespaces": True}}, "all namespaces", "default"),
+    ],
+)
+def test_notes_tell_the_truth(chart: helm.Chart, values: dict[str, Any] | None, served: str, sample_ns: str) -> None:
+    text = notes(chart, values)
+    assert f"It serves {served}" in text
+    # The sample is applied where the operator serves, from a file that names no namespace of its own.
+    (apply,) = [line.split() for line in text.splitlines() if "kubectl apply" in line]
+    assert apply[apply.index("-n") + 1] == sample_ns
+    sample = ROOT / apply[apply.index("-f") + 1]
+    assert sample.is_file() and "namespace" not in yaml.safe_load(sample.read_text())["metadata"]
+    # The port-forward runs in the background, to a Service and port the chart renders.
+    (forward,) = [
+        line.split() for line in text.splitlines() if line.strip().startswith("kubectl") and "port-forward" in line
+    ]
+    assert forward[-1] == "&"
+    (svc,) = [d for d in of_kind(render(chart, values), "Service") if d["metadata"]["name"].endswith("-metrics")]
+    assert forward[forward.index("port-forward") + 1] == f"svc/{svc['metadata']['name']}"
+    port = svc["spec"]["ports"][0]["port"]
+    assert forward[forward.index("port-forward") + 2] == f"{port}:{port}"
+    assert f"curl -s localhost:{port}/metrics" in text
+    assert "raw.githubusercontent.com" not in text
