@@ -762,6 +762,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """`gemop replay` entry point. Returns the exit status (2 for bad input)."""
     args = build_parser().parse_args(argv)
+    if args.plot and not Path(args.plot).expanduser().resolve().parent.is_dir():
+        folder = Path(args.plot).expanduser().resolve().parent
+        print(f"gemop replay: --plot {args.plot}: folder {folder} does not exist; create it first", file=sys.stderr)
+        return 2
     try:
         report = run_replay(
             args.trace,
@@ -781,7 +785,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(report.to_table())
     if args.plot:
-        plot_report(report, args.plot)
+        try:
+            plot_report(report, args.plot)
+        except OSError as exc:
+            print(f"gemop replay: --plot {args.plot}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         if args.output == "table":
             print(f"plot written to {args.plot}")
     return 0

@@ -61,50 +61,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    import json
+    from gem_operator.cli.plan import cmd_plan
 
-    import yaml
-
-    from gem_operator.api.kinds import GEM_TRAINING
-    from gem_operator.api.training import GEMTrainingSpec
-    from gem_operator.api.validation import InvalidSpec, parse_spec
-    from gem_operator.topology import Infeasible, cluster_view_from_objects, explain_plan, plan_gang
-
-    def load(path: Path) -> list[dict[str, object]]:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        items: list[dict[str, object]] = []
-        for doc in docs:
-            items.extend(doc.get("items", []) if doc.get("kind", "").endswith("List") else [doc])
-        return items
-
-    try:
-        job = yaml.safe_load(Path(args.job).read_text())
-        if args.nodes:
-            nodes = load(Path(args.nodes))
-        else:
-            from gem_operator.sim.fleet import load_fleet
-
-            nodes = [dict(n) for n in load_fleet(args.fleet)]
-        pods = load(Path(args.pods)) if args.pods else []
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        print(f"gemop plan: {exc}", file=sys.stderr)
-        return 2
-    exclude = {n for n in (args.exclude or "").split(",") if n}
-    body = dict(job) if isinstance(job, dict) and "spec" in job else {"spec": job}
-    body.setdefault("kind", "GEMTraining")
-    body.setdefault("metadata", {"name": "what-if"})
-    try:
-        spec = parse_spec(GEM_TRAINING, body)
-    except InvalidSpec as invalid:
-        print("gemop plan: invalid GEMTraining:\n  " + "\n  ".join(invalid.problems), file=sys.stderr)
-        return 2
-    assert isinstance(spec, GEMTrainingSpec)
-    result = plan_gang(spec, cluster_view_from_objects(nodes, pods), exclude_nodes=exclude)
-    if args.output == "json":
-        print(json.dumps(result.to_json(), indent=2, sort_keys=True))
-    else:
-        print(explain_plan(result))
-    return 1 if isinstance(result, Infeasible) else 0
+    return cmd_plan(args)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -135,6 +94,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     # Status follows children on each resync (read when the handlers are imported): keep it brisk.
     os.environ.setdefault("GEM_RESYNC_SECONDS", "2")
     from gem_operator.cli.demo import SAMPLES_DIR, run_demo
+    from gem_operator.cli.plan import output_problem
+
+    problem = output_problem(args.plot, "--plot")
+    if problem:
+        print(f"gemop demo: {problem}", file=sys.stderr)
+        return 2
 
     return run_demo(
         fleet=args.fleet,
@@ -153,12 +118,30 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     from gem_operator.api.crd import gem_crds
     from gem_operator.cli.demo import PEERING_NAME, peering_object
     from gem_operator.cli.operator import OperatorOptions, OperatorThread
+    from gem_operator.cli.plan import output_problem, port_problem
     from gem_operator.sim.cluster import EmbeddedCluster
+    from gem_operator.sim.fleet import FleetError, load_fleet
 
+    # Bad input is one line naming the flag, before anything starts.
+    try:
+        fleet = load_fleet(args.fleet)
+    except FleetError as exc:
+        print(f"gemop sim up: --fleet {exc}; use a shipped fleet (demo, large) or a Nodes YAML file", file=sys.stderr)
+        return 2
+    problem = port_problem(args.host, args.port) or output_problem(args.kubeconfig, "--kubeconfig")
+    if problem:
+        print(f"gemop sim up: {problem}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with EmbeddedCluster(args.fleet, list(gem_crds().values()), host=args.host, port=args.port) as cluster:
+    embedded = EmbeddedCluster(fleet, list(gem_crds().values()), host=args.host, port=args.port)
+    try:
+        cluster = embedded.__enter__()
+    except (OSError, RuntimeError) as exc:
+        print(f"gemop sim up: the embedded cluster did not start: {exc.__cause__ or exc}", file=sys.stderr)
+        return 1
+    try:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         cluster.apply(peering_object(PEERING_NAME, "default"))
         print(f"embedded cluster serving at {cluster.url}; kubeconfig: {kubeconfig}", flush=True)
@@ -172,6 +155,8 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
         stop.wait()
         if operator is not None:
             operator.stop()
+    finally:
+        embedded.__exit__(None, None, None)
     return 0
 
 
