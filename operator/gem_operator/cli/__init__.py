@@ -9,13 +9,26 @@ from pathlib import Path
 
 from gem_operator import __version__
 
-DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "crds"
-
 
 def _cmd_crds(args: argparse.Namespace) -> int:
     from gem_operator.api.crd import all_crds, render_yaml
+    from gem_operator.cli.paths import checkout_root
 
-    out: Path = args.out
+    out: Path | None = args.out
+    if out is None:
+        root = checkout_root()
+        if root is None:
+            if args.check:
+                print(
+                    "gemop crds --check: not in a gem-operator checkout, so there is no crds/ to compare with; "
+                    "run it in the repository or pass --out DIR",
+                    file=sys.stderr,
+                )
+                return 2
+            # Installed without a repository (pip install ., the image): print them, e.g. for kubectl.
+            sys.stdout.write("".join(f"---\n{render_yaml(crd)}" for crd in all_crds().values()))
+            return 0
+        out = root / "crds"
     out.mkdir(parents=True, exist_ok=True)
     drifted = []
     for filename, crd in all_crds().items():
@@ -174,7 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     crds = sub.add_parser("crds", help="write CRD YAML generated from the API types")
-    crds.add_argument("--out", type=Path, default=DEFAULT_CRD_DIR, help="output directory (default: crds/)")
+    crds.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: crds/ of the checkout; outside one, print them on stdout)",
+    )
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     crds.set_defaults(func=_cmd_crds)
 

@@ -25,15 +25,16 @@ from gem_operator.api.crd import gem_crds
 from gem_operator.api.kinds import KINDS, KindInfo, kind_info
 from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
+from gem_operator.cli.paths import samples_dir, trace_file
 from gem_operator.controllers.autoscaler import use_metric_sources
 from gem_operator.kube import KubeApi
 from gem_operator.sim.cluster import EmbeddedCluster
 from gem_operator.sim.dcgm import SmActiveSimulator
 from gem_operator.sim.lifecycle import LifecycleConfig
 
-ROOT = Path(__file__).resolve().parents[3]
-SAMPLES_DIR = ROOT / "crds" / "samples"
-TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"
+# The repository's files when run in a checkout, else the copies shipped as package data.
+SAMPLES_DIR = samples_dir()
+TRACE = trace_file()
 # The replay phase plays one trace minute per wall second.
 REPLAY_SECONDS = 40
 
