@@ -46,6 +46,7 @@ CLUSTER_RULES = {
     ("", "pods"): {"list"},
     ("", "namespaces"): {"get", "list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("kueue.x-k8s.io", "resourceflavors"): {"get"},
 }
 CLUSTERWIDE_EXTRA = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
 

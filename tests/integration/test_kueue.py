@@ -42,7 +42,7 @@ def cluster(
 ) -> Iterator[EmbeddedCluster]:
     crds = list(gem_crds().values())
     if kueue_installed:
-        crds += load_crds([HERE / "kueue" / "workloads.kueue.x-k8s.io.yaml"])
+        crds += load_crds(sorted((HERE / "kueue").glob("*.kueue.x-k8s.io.yaml")))
     with EmbeddedCluster(fleet, crds, lifecycle=FAST) as c:
         monkeypatch.setenv("KUBECONFIG", str(c.write_kubeconfig(tmp_path / "kubeconfig")))
         c.apply(peering_object(PEERING_NAME, "default"))
@@ -90,7 +90,14 @@ def cond(type_: str, status_: str, reason: str, message: str = "") -> dict[str, 
 
 ADMISSION = {
     "clusterQueue": "gpu-cluster-queue",
-    "podSetAssignments": [{"name": "workers", "flavors": {"nvidia.com/gpu": "h100"}, "count": 4}],
+    "podSetAssignments": [{"name": "workers", "flavors": {"nvidia.com/gpu": "rack-1-h100"}, "count": 4}],
+}
+# The flavor Kueue admits the gang to: the demo fleet's second rack (gpu-004 .. gpu-007).
+FLAVOR = {
+    "apiVersion": KUEUE,
+    "kind": "ResourceFlavor",
+    "metadata": {"name": "rack-1-h100"},
+    "spec": {"nodeLabels": {"gem.dev/rack": "rack-1"}},
 }
 
 
@@ -114,7 +121,9 @@ def test_gang_waits_for_admission_and_leaves_on_eviction(
     assert condition(cluster, "Admitted")["status"] == "False"
     assert "gpu-training" in condition(cluster, "Admitted")["message"]
 
-    # Kueue admits: the whole gang is created, without the queue label on any pod.
+    # Kueue admits (to a flavor of one rack): the whole gang is created on that flavor's nodes,
+    # without the queue label on any pod.
+    cluster.apply(FLAVOR)
     kueue_writes(
         cluster,
         {
@@ -126,7 +135,9 @@ def test_gang_waits_for_admission_and_leaves_on_eviction(
     running = pods(cluster)
     assert len(running) == 4
     assert all(not k.startswith("kueue.x-k8s.io/") for p in running for k in p["metadata"]["labels"])
+    assert sorted(p["spec"]["nodeName"] for p in running) == [f"gpu-00{i}" for i in range(4, 8)]
     assert condition(cluster, "Admitted")["status"] == "True"
+    assert "flavors rack-1-h100" in condition(cluster, "Admitted")["message"]
 
     # Kueue evicts (preemption): the pods go, then the job releases its quota reservation.
     wl = workload(cluster)

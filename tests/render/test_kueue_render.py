@@ -6,7 +6,7 @@ from typing import Any
 
 from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.render.common import Owner
-from gem_operator.render.kueue import decide, queue_name, render_workload
+from gem_operator.render.kueue import assigned_flavors, decide, flavor_node_labels, queue_name, render_workload
 from gem_operator.render.training import render_training
 
 QUEUED = Owner("gem.dev/v1alpha1", "GEMTraining", "job", "ml", "uid-1", (("kueue.x-k8s.io/queue-name", "gpu"),))
@@ -68,3 +68,16 @@ def test_decisions_follow_kueue_status() -> None:
         "gpu",
     )
     assert evicted.evicted and not evicted.admitted and "Preempted" in evicted.message
+
+
+def test_admitted_flavors_and_their_node_labels() -> None:
+    admission = {
+        "clusterQueue": "cq",
+        "podSetAssignments": [
+            {"name": "workers", "flavors": {"nvidia.com/gpu": "h100-rack1", "cpu": "default", "memory": "default"}},
+            {"name": "other", "flavors": {"cpu": "spot"}},
+        ],
+    }
+    assert assigned_flavors(admission) == ("h100-rack1", "default")
+    flavors = [{"spec": {"nodeLabels": {"gem.dev/rack": "rack-1"}}}, {"spec": {}}]
+    assert flavor_node_labels(flavors) == {"gem.dev/rack": "rack-1"}

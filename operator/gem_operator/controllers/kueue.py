@@ -20,6 +20,7 @@ from gem_operator.render.kueue import (
     QUEUE_LABEL,
     KueueDecision,
     decide,
+    flavor_node_labels,
     queue_name,
     render_workload,
     workload_name,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from gem_operator.controllers.training import TrainingPass
 
 WORKLOAD = "Workload"
+RESOURCE_FLAVOR = "ResourceFlavor"
 
 
 def _hash(obj: dict[str, Any] | None) -> str | None:
@@ -77,6 +79,16 @@ async def admission(tp: TrainingPass) -> KueueDecision | None:
     if decision.evicted and old.get("reason") != "Evicted":
         tp.event("Warning", "Evicted", f"{decision.message}; removing the gang's pods")
     return decision
+
+
+async def admitted_node_labels(tp: TrainingPass, decision: KueueDecision) -> dict[str, str]:
+    """Node labels of the ResourceFlavors Kueue admitted the gang to: the planner keeps to those nodes."""
+    flavors = []
+    for name in decision.flavors:
+        flavor = await tp.ctx.kube.get(KUEUE_API_VERSION, RESOURCE_FLAVOR, name, "")
+        if flavor is not None:
+            flavors.append(flavor)
+    return flavor_node_labels(flavors)
 
 
 async def hold(tp: TrainingPass, decision: KueueDecision, pods: list[dict[str, Any]]) -> None:

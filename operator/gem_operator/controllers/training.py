@@ -59,6 +59,8 @@ class TrainingPass:
         self.status: dict[str, Any] = dict(ctx.body.get("status") or {})
         self.fields = outcome.draft.fields
         self.labels = {LABEL_INSTANCE: ctx.name, LABEL_ROLE: ROLE_WORKER}
+        # Node labels the placement must keep to (the ResourceFlavors Kueue admitted the gang to).
+        self.required_labels: dict[str, str] = {}
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.outcome.events.append((type_, reason, message))
@@ -107,6 +109,8 @@ class TrainingPass:
         if queued is not None and not queued.admitted:
             await kueue.hold(self, queued, pods)
             return
+        if queued is not None:
+            self.required_labels = await kueue.admitted_node_labels(self, queued)
 
         nodes = {n["metadata"]["name"]: n for n in await self.ctx.kube.list("v1", "Node", None)}
         rank_of = {p["metadata"]["name"]: int(p["metadata"]["labels"].get(LABEL_NODE_RANK, -1)) for p in pods}
@@ -250,6 +254,12 @@ class TrainingPass:
         ]
         view = cluster_view_from_objects(list(nodes.values()), others)
         excluded = frozenset(fields.get("excludedNodes") or [])
+        if self.required_labels:
+            excluded |= {
+                name
+                for name, node in nodes.items()
+                if any((node["metadata"].get("labels") or {}).get(k) != v for k, v in self.required_labels.items())
+            }
         if valid:
             # Replica-group restart: keep the hosts that are fine, plan the missing ranks as a sub-gang.
             missing = [r for r, n in enumerate(current) if not n]

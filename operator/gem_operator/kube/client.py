@@ -21,6 +21,7 @@ from lightkube.generic_resource import (
     GenericGlobalStatus,
     GenericNamespacedResource,
     GenericNamespacedStatus,
+    create_global_resource,
     create_namespaced_resource,
 )
 from lightkube.types import PatchType
@@ -33,8 +34,10 @@ log = logging.getLogger(__name__)
 
 for _info in KINDS:
     create_namespaced_resource(_info.group, _info.version, _info.kind, _info.plural)
-# Kueue's Workload, kept for a GEMTraining that names a queue (controllers/kueue.py).
+# Kueue's Workload, kept for a GEMTraining that names a queue, and the ResourceFlavors an admission
+# names, whose node labels bound the placement (controllers/kueue.py).
 create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
+create_global_resource("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors")
 
 # Fields of a child we never patch: identity, server-managed metadata and status.
 _UNPATCHED_TOP = {"apiVersion", "kind", "status"}

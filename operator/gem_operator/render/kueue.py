@@ -12,7 +12,7 @@ Pure: (resource, spec) -> manifest, and (Workload) -> what Kueue decided.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +94,7 @@ class KueueDecision:
     reason: str
     message: str
     cluster_queue: str | None = None
+    flavors: tuple[str, ...] = ()  # ResourceFlavors assigned to the gang's podSet
 
 
 def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -101,6 +102,27 @@ def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | Non
         if isinstance(c, Mapping) and c.get("type") == type_:
             return c
     return None
+
+
+def assigned_flavors(admission: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ResourceFlavor names Kueue assigned to the gang's podSet, in order, without repeats."""
+    names: list[str] = []
+    for assignment in admission.get("podSetAssignments") or []:
+        if not isinstance(assignment, Mapping) or assignment.get("name") not in (POD_SET, None):
+            continue
+        for flavor in (assignment.get("flavors") or {}).values():
+            if isinstance(flavor, str) and flavor not in names:
+                names.append(flavor)
+    return tuple(names)
+
+
+def flavor_node_labels(flavors: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The node labels the assigned ResourceFlavors require (their spec.nodeLabels, merged)."""
+    out: dict[str, str] = {}
+    for flavor in flavors:
+        for key, value in ((flavor.get("spec") or {}).get("nodeLabels") or {}).items():
+            out[str(key)] = str(value)
+    return out
 
 
 def decide(workload: Mapping[str, Any] | None, queue: str) -> KueueDecision:
@@ -116,8 +138,10 @@ def decide(workload: Mapping[str, Any] | None, queue: str) -> KueueDecision:
     admitted = _condition(status, "Admitted")
     if isinstance(admission, Mapping) and admission and (admitted is None or admitted.get("status") == "True"):
         cq = str(admission.get("clusterQueue") or "") or None
+        flavors = assigned_flavors(admission)
         where = f" in ClusterQueue {cq}" if cq else ""
-        return KueueDecision(True, False, "Admitted", f"admitted by Kueue{where}", cq)
+        flavor_text = f" (flavors {', '.join(flavors)})" if flavors else ""
+        return KueueDecision(True, False, "Admitted", f"admitted by Kueue{where}{flavor_text}", cq, flavors)
     pending = _condition(status, "QuotaReserved")
     detail = (pending or {}).get("message") or ""
     message = f"waiting for Kueue to admit the gang from queue {queue}" + (f": {detail}" if detail else "")
