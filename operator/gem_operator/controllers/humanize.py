@@ -15,11 +15,6 @@ def duration(seconds: float) -> str:
     return f"{seconds:.3g} s"  # pragma: no cover
 
 
-def gib(n_bytes: float) -> str:
-    """Bytes as GiB with sensible digits: 1610612736 -> '1.5 GiB'."""
-    return f"{n_bytes / 2**30:.3g} GiB"
-
-
 def score(value: Any) -> str:
     """The placement score (seconds of cross-tier communication per step), for people."""
     try:
