@@ -12,7 +12,9 @@
 ``gem-e2e``, the suite's own) is where resources are applied (the chart must serve it:
 ``--set watch.namespaces={NS}``); the suite creates it when missing and then deletes it again;
 ``GEM_E2E_TIMEOUT`` (default 180) is how many seconds the kube backend waits for each change;
-``GEM_E2E_WORKLOAD_IMAGE`` replaces the samples' workload image (run.sh sets it).
+``GEM_E2E_WORKLOAD_IMAGE`` replaces the samples' workload image (run.sh sets it);
+``GEM_E2E_NODE_CACHE=hostPath`` says the operator under test mounts the node cache (the chart does
+only with ``modelCache.enabled``).
 
 On the embedded cluster pods go Running/Ready on a simulated lifecycle, so the suite asserts the
 full phase progression. On a real cluster without GPUs and without model stores the workload

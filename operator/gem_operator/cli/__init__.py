@@ -131,6 +131,7 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     from gem_operator.api.crd import gem_crds
     from gem_operator.cli.demo import PEERING_NAME, peering_object
     from gem_operator.cli.operator import OperatorOptions, OperatorThread
+    from gem_operator.cli.paths import samples_dir
     from gem_operator.cli.plan import output_problem, port_problem
     from gem_operator.sim.cluster import EmbeddedCluster
     from gem_operator.sim.fleet import FleetError, load_fleet
@@ -158,7 +159,7 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         cluster.apply(peering_object(PEERING_NAME, "default"))
         print(f"embedded cluster serving at {cluster.url}; kubeconfig: {kubeconfig}", flush=True)
-        print(f"  kubectl --kubeconfig {kubeconfig} apply --validate=false -f crds/samples/", flush=True)
+        print(f"  kubectl --kubeconfig {kubeconfig} apply --validate=false -f {samples_dir()}/", flush=True)
         operator = None
         if args.operator:
             os.environ["KUBECONFIG"] = str(kubeconfig)
