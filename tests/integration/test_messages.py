@@ -42,6 +42,9 @@ def test_kubectl_scale_on_an_autoscaled_pool_says_who_owns_replicas(
     assert "spec.autoscaling.enabled: false" in event["message"]
     (deploy,) = cluster.list("apps/v1", "Deployment", "default", {"gem.dev/instance": "ads-ranker"})
     assert deploy["spec"]["replicas"] == before
+    owner = next(c for c in status(cluster, "ads-ranker")["conditions"] if c["type"] == "ReplicasFromSpec")
+    assert owner["status"] == "False" and owner["reason"] == "BuiltInAutoscaler"
+    assert "spec.replicas (5) is only its starting point" in owner["message"]
     # Every Event says it comes from this operator, not from the framework.
     events = cluster.events("default")
     assert events and {e["source"]["component"] for e in events} == {"gem-operator"}

@@ -25,6 +25,22 @@ from gem_operator.render.serving import (
 )
 
 
+def replicas_owner(outcome: Outcome, spec: RankingServiceSpec | SolarisPrecomputeSpec) -> None:
+    """Condition `ReplicasFromSpec`: whether spec.replicas (kubectl scale, HPA, KEDA) sets the replicas."""
+    if spec.autoscaling.enabled:
+        outcome.draft.condition(
+            "ReplicasFromSpec",
+            "False",
+            "BuiltInAutoscaler",
+            f"the built-in autoscaler owns replicas; spec.replicas ({spec.replicas}) is only its starting point. "
+            "To scale with kubectl scale, HPA or KEDA, set spec.autoscaling.enabled: false.",
+        )
+    else:
+        outcome.draft.condition(
+            "ReplicasFromSpec", "True", "AutoscalerDisabled", f"spec.replicas ({spec.replicas}) sets the replicas"
+        )
+
+
 async def _pool_pass(
     ctx: PassContext, spec: RankingServiceSpec | SolarisPrecomputeSpec, outcome: Outcome, role: str
 ) -> None:
@@ -38,6 +54,7 @@ async def _pool_pass(
     outcome.draft.fields["modelLoadSeconds"] = (
         loaded if loaded is not None else (ctx.body.get("status") or {}).get("modelLoadSeconds")
     )
+    replicas_owner(outcome, spec)
     if not spec.autoscaling.enabled:
         replicas = spec.replicas  # HPA/KEDA drive spec.replicas through the scale subresource
     elif deployment is None:
