@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1.7
 #
 # Two images from one file:
-#   docker build --target operator  -t gem-operator:0.1.0 .
-#   docker build --target workloads -t gem-workloads:0.1.0 .                              # CPU torch
-#   docker build --target workloads --build-arg WORKLOADS_BASE=cuda -t gem-workloads:0.1.0-cuda .
+#   docker build --target operator  -t ghcr.io/gem-dev/gem-operator:0.1.0 .
+#   docker build --target workloads -t ghcr.io/gem-dev/gem-workloads:0.1.0 .                  # CPU torch
+#   docker build --target workloads --build-arg WORKLOADS_BASE=cuda -t ghcr.io/gem-dev/gem-workloads:0.1.0-cuda .
 #
 # Bases are pinned by exact tag; pin them by digest in your registry's build with
 #   --build-arg PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:<digest>   (likewise CUDA_IMAGE).

@@ -1,14 +1,20 @@
 """The e2e suite's two backends: a real cluster ($KUBECONFIG) or the embedded cluster.
 
-* ``$KUBECONFIG`` set: the cluster it points at, with the operator already installed (by the Helm
-  chart: see ``e2e/kind/run.sh``). The suite talks to it with ``kubectl`` only, as a user would.
-* unset: the embedded cluster (``gem_operator.sim``) and the real kopf operator in a thread,
+* ``--kubeconfig PATH`` or ``GEM_E2E_KUBECONFIG=PATH``: the cluster it points at, with the operator
+  already installed (by the Helm chart: see ``e2e/kind/run.sh``). The suite talks to it with
+  ``kubectl`` only, as a user would. ``$KUBECONFIG`` alone never selects a real cluster, so
+  ``pytest`` never touches the current context by accident; and a cluster that already holds
+  GEMTraining/RankingService/SolarisPrecompute resources (in any namespace) is refused.
+* otherwise: the embedded cluster (``gem_operator.sim``) and the real kopf operator in a thread,
   reached over HTTP, exactly as the integration tests start them.
 
-``GEM_E2E_BACKEND=kube|embedded`` overrides the choice; ``GEM_E2E_NAMESPACE`` (default ``default``)
-is where resources are applied (the chart must serve it: ``--set watch.namespaces={NS}``);
+``GEM_E2E_BACKEND=embedded`` forces the embedded cluster; ``GEM_E2E_NAMESPACE`` (default
+``gem-e2e``, the suite's own) is where resources are applied (the chart must serve it:
+``--set watch.namespaces={NS}``); the suite creates it when missing and then deletes it again;
 ``GEM_E2E_TIMEOUT`` (default 180) is how many seconds the kube backend waits for each change;
-``GEM_E2E_WORKLOAD_IMAGE`` replaces the samples' workload image (run.sh sets it).
+``GEM_E2E_WORKLOAD_IMAGE`` replaces the samples' workload image (run.sh sets it);
+``GEM_E2E_NODE_CACHE=hostPath`` says the operator under test mounts the node cache (the chart does
+only with ``modelCache.enabled``).
 
 On the embedded cluster pods go Running/Ready on a simulated lifecycle, so the suite asserts the
 full phase progression. On a real cluster without GPUs and without model stores the workload
@@ -208,15 +214,53 @@ class KubectlBackend(Waiting):
 # -- fixtures ------------------------------------------------------------------------------------------
 
 
-def chosen_backend() -> str:
-    choice = os.environ.get("GEM_E2E_BACKEND") or ("kube" if os.environ.get("KUBECONFIG") else "embedded")
+DEFAULT_NAMESPACE = "gem-e2e"
+GEM_RESOURCES = "gemtrainings.gem.dev,rankingservices.gem.dev,solarisprecomputes.gem.dev"
+
+
+def select_backend(env: Mapping[str, str], option: str | None) -> tuple[str, str | None]:
+    """('kube', kubeconfig) only when a cluster is named explicitly, else ('embedded', None)."""
+    kubeconfig = option or env.get("GEM_E2E_KUBECONFIG") or None
+    choice = env.get("GEM_E2E_BACKEND") or ("kube" if kubeconfig else "embedded")
     if choice not in {"kube", "embedded"}:
         raise pytest.UsageError(f"GEM_E2E_BACKEND must be kube or embedded, not {choice!r}")
-    return choice
+    if choice == "kube" and not kubeconfig:
+        raise pytest.UsageError(
+            "GEM_E2E_BACKEND=kube needs the cluster named explicitly: pytest e2e --kubeconfig PATH (or "
+            "GEM_E2E_KUBECONFIG=PATH). $KUBECONFIG alone is not used, so the suite never runs against the "
+            "current context by accident."
+        )
+    return choice, kubeconfig if choice == "kube" else None
 
 
-# Decided once, at collection: the embedded backend sets $KUBECONFIG for the operator it starts.
-CHOSEN = chosen_backend()
+def occupied_message(kubeconfig: str, names: list[str]) -> str | None:
+    """Why a cluster that already has GEM resources is refused (None when it has none)."""
+    if not names:
+        return None
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"the cluster in {kubeconfig} already has GEM resources ({shown}); the e2e suite creates, edits and "
+        "deletes resources of these kinds, so it runs only on a cluster without them: use a fresh one "
+        "(e2e/kind/run.sh makes one), or delete those (leftovers of an aborted run included)"
+    )
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kubeconfig",
+        default=None,
+        help="run the e2e suite against this real cluster (operator installed); default: the embedded cluster",
+    )
+
+
+CHOSEN = "embedded"
+KUBECONFIG: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Decided once, before collection: the embedded backend sets $KUBECONFIG for the operator it starts.
+    global CHOSEN, KUBECONFIG
+    CHOSEN, KUBECONFIG = select_backend(os.environ, config.getoption("--kubeconfig", default=None))
 
 
 @pytest.fixture(scope="session")
@@ -227,14 +271,14 @@ def backend_choice() -> str:
 
 @pytest.fixture(scope="session")
 def backend() -> Iterator[Backend]:
-    namespace = os.environ.get("GEM_E2E_NAMESPACE", "default")
+    namespace = os.environ.get("GEM_E2E_NAMESPACE", DEFAULT_NAMESPACE)
     if CHOSEN == "embedded":
         with embedded_backend(namespace) as embedded:
             yield embedded
         return
-    kubeconfig = os.environ.get("KUBECONFIG", "")
+    kubeconfig = KUBECONFIG or ""
     if not kubeconfig or shutil.which("kubectl") is None:
-        pytest.fail("the kube backend needs $KUBECONFIG and kubectl on PATH")
+        pytest.fail("the kube backend needs --kubeconfig (or GEM_E2E_KUBECONFIG) and kubectl on PATH")
     kube = KubectlBackend(namespace, kubeconfig)
     try:
         kube.kubectl("get", "customresourcedefinitions.apiextensions.k8s.io", "gemtrainings.gem.dev", "-o", "name")
@@ -244,7 +288,19 @@ def backend() -> Iterator[Backend]:
             "have nothing to test there: install the chart (e2e/kind/run.sh does), or run on the embedded "
             f"cluster with GEM_E2E_BACKEND=embedded. ({exc})"
         )
-    yield kube
+    existing = [n for n in kube.kubectl("get", GEM_RESOURCES, "--all-namespaces", "-o", "name").split() if n]
+    refusal = occupied_message(kubeconfig, existing)
+    if refusal:
+        pytest.fail(refusal)
+    created = False
+    if not kube.kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name").strip():
+        kube.kubectl("create", "namespace", namespace)
+        created = True
+    try:
+        yield kube
+    finally:
+        if created:
+            kube.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ def test_kube_backend_against_a_served_embedded_cluster(tmp_path: Path, backend_
     if shutil.which("kubectl") is None or not Path(gemop).exists():
         pytest.skip("needs kubectl and gemop on PATH")
     kubeconfig = tmp_path / "kubeconfig"
-    env = {k: v for k, v in os.environ.items() if k not in {"KUBECONFIG", "GEM_E2E_BACKEND"}}
+    env = {k: v for k, v in os.environ.items() if k not in {"KUBECONFIG", "GEM_E2E_BACKEND", "GEM_E2E_KUBECONFIG"}}
     server = subprocess.Popen(
         [gemop, "sim", "up", "--operator", "--kubeconfig", str(kubeconfig)],
         env={**env, "GEM_RESYNC_SECONDS": "1"},
@@ -59,8 +59,10 @@ def test_kube_backend_against_a_served_embedded_cluster(tmp_path: Path, backend_
             cwd=ROOT,
             env={
                 **env,
-                "KUBECONFIG": str(kubeconfig),
+                "GEM_E2E_KUBECONFIG": str(kubeconfig),
                 "GEM_E2E_BACKEND": "kube",
+                "GEM_E2E_NAMESPACE": "default",  # the namespace `gemop sim up --operator` serves
+                "GEM_E2E_NODE_CACHE": "hostPath",  # its operator mounts the node cache (no chart)
                 "GEM_E2E_KUBECTL_VALIDATE": "false",  # the embedded API server publishes no OpenAPI
                 "GEM_E2E_EXPECT_READY": "1",  # its simulated kubelets make pods Ready
                 "GEM_E2E_TIMEOUT": "150",  # deletions on a loaded machine have taken ~60 s

@@ -20,7 +20,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="${ROOT}/e2e/kind"
 CLUSTER="${CLUSTER:-gem-e2e}"
 PYTHON="${PYTHON:-python3}"
-NAMESPACE=default
+# The suite's own namespace (values.yaml serves it); nothing else on the cluster is touched.
+NAMESPACE=gem-e2e
 OPERATOR_NS=gem-system
 OPERATOR_IMAGE=gem-operator:e2e
 WORKLOADS_IMAGE=gem-workloads:e2e
@@ -92,6 +93,8 @@ if [[ "${BUILD_WORKLOADS:-0}" == 1 ]]; then
 fi
 
 log "installing the chart"
+# The chart puts its Role for the served namespace there, so it must exist first.
+kubectl create namespace "${NAMESPACE}" --dry-run=client -o yaml | kubectl apply -f -
 helm upgrade --install gem-operator "${ROOT}/charts/gem-operator" \
   --namespace "${OPERATOR_NS}" --create-namespace \
   --values "${HERE}/values.yaml" \
@@ -101,7 +104,7 @@ kubectl -n "${OPERATOR_NS}" rollout status deploy/gem-operator --timeout=120s
 log "running the e2e suite against ${CLUSTER}"
 cd "${ROOT}"
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words on purpose
-GEM_E2E_BACKEND=kube GEM_E2E_NAMESPACE="${NAMESPACE}" GEM_E2E_WORKLOAD_IMAGE="${workload_image}" \
-  "${PYTHON}" -m pytest e2e -p no:cacheprovider ${PYTEST_ARGS:--q}
+GEM_E2E_NAMESPACE="${NAMESPACE}" GEM_E2E_WORKLOAD_IMAGE="${workload_image}" \
+  "${PYTHON}" -m pytest e2e --kubeconfig "${KUBECONFIG_FILE}" -p no:cacheprovider ${PYTEST_ARGS:--q}
 passed=1
 log "e2e passed"

@@ -222,6 +222,9 @@ def test_staleness_follows_the_spec() -> None:
 def test_hold_still_honours_min_replicas() -> None:
     d = desired_replicas(spec(minReplicas=4), ScalerState(), obs([None] * 2), NOW)
     assert d.desired_replicas == 4
+    # One decision per clause: the bound raised it; no "holding at 2" beside "2 -> 4".
+    assert d.message.startswith("scaled up 2 -> 4: raised to minReplicas=4 (wanted 2); "), d.message
+    assert "holding" not in d.message
 
 
 def test_partial_samples_count_as_on_target_for_scale_down() -> None:

@@ -26,6 +26,12 @@ NAMESPACED_RULES = {
     ("gem.dev", "gemtrainings/status"): {"patch"},
     ("gem.dev", "rankingservices/status"): {"patch"},
     ("gem.dev", "solarisprecomputes/status"): {"patch"},
+    # blockOwnerDeletion on children needs this where OwnerReferencesPermissionEnforcement is on.
+    ("gem.dev", "gemtrainings/finalizers"): {"update"},
+    ("gem.dev", "rankingservices/finalizers"): {"update"},
+    ("gem.dev", "solarisprecomputes/finalizers"): {"update"},
+    ("kueue.x-k8s.io", "workloads"): {"get", "create", "patch", "delete"},
+    ("kueue.x-k8s.io", "workloads/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
@@ -41,6 +47,7 @@ CLUSTER_RULES = {
     ("", "namespaces"): {"get", "list", "watch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "topologies"): {"get"},
+    ("kueue.x-k8s.io", "resourceflavors"): {"get"},
 }
 CLUSTERWIDE_EXTRA = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
 
@@ -127,7 +134,7 @@ def test_deployment_runs_two_peered_replicas_with_probes(chart: helm.Chart) -> N
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 8080, "metrics": 9090}
     assert c["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"} and c["resources"]["limits"]["memory"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["GEM_RESYNC_SECONDS"] == "10"
     peering = one(docs, "KopfPeering")
     assert peering["metadata"] == {**peering["metadata"], "name": "gem-operator", "namespace": NAMESPACE}
@@ -180,6 +187,20 @@ def test_rbac_is_least_privilege_and_has_no_wildcards(chart: helm.Chart) -> None
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
     assert one(docs, "ClusterRoleBinding")["subjects"] == binding["subjects"]
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == sa
+
+
+def test_owners_finalizers_are_updatable_for_block_owner_deletion(chart: helm.Chart) -> None:
+    """Every child's ownerReference sets blockOwnerDeletion: the owner kind's finalizers need `update`."""
+    from gem_operator.api.kinds import KINDS
+    from gem_operator.render.common import Owner
+
+    assert Owner("gem.dev/v1alpha1", "GEMTraining", "n", "ns", "u").reference()["blockOwnerDeletion"] is True
+    for values in (None, {"watch": {"allNamespaces": True, "namespaces": []}}):
+        docs = render(chart, values)
+        role = one(docs, "ClusterRole" if values else "Role")
+        granted = rule_map(role["rules"])
+        for info in KINDS:
+            assert "update" in granted.get((info.group, f"{info.plural}/finalizers"), set()), info.plural
 
 
 def test_chart_crds_are_identical_to_generated_crds(chart: helm.Chart) -> None:
@@ -300,6 +321,9 @@ def test_model_cache_daemonset_toggle(chart: helm.Chart) -> None:
     assert env["GEM_MODEL_PEERS"] == f"http://{cache_svc['metadata']['name']}.{NAMESPACE}.svc:9470"
     plain = one(render(chart), "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert "GEM_MODEL_PEERS" not in {e["name"] for e in plain}
+    # Pods mount the hostPath cache only where the DaemonSet prepares it for their uid.
+    assert env["GEM_NODE_CACHE"] == "hostPath"
+    assert {e["name"]: e.get("value") for e in plain}["GEM_NODE_CACHE"] == "off"
 
 
 def test_image_by_digest_and_overrides(chart: helm.Chart) -> None:
@@ -319,7 +343,7 @@ def test_image_by_digest_and_overrides(chart: helm.Chart) -> None:
     c = pod["containers"][0]
     assert c["image"] == f"registry.example:5000/gem/gem-operator@{digest}"
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
-    assert {e["name"]: e["value"] for e in c["env"]}["GEM_RESYNC_SECONDS"] == "2.5"
+    assert {e["name"]: e.get("value") for e in c["env"]}["GEM_RESYNC_SECONDS"] == "2.5"
     assert "--metrics-port=9191" in c["args"]
     assert c["resources"]["limits"] == {"cpu": 2, "memory": "2Gi"}
     assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
@@ -428,3 +452,37 @@ def test_install_manifest_matches_the_chart(chart: helm.Chart) -> None:
     assert INSTALL_MANIFEST.read_text() == want, "deploy/kubectl/gem-operator.yaml is stale: GEM_UPDATE_MANIFESTS=1"
     kinds = [d["kind"] for d in yaml.safe_load_all(want) if d]
     assert kinds[0] == "Namespace" and "Deployment" in kinds and "KopfPeering" in kinds
+
+
+def notes(chart: helm.Chart, values: dict[str, Any] | None = None) -> str:
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return next(text for path, text in out.items() if path.endswith("NOTES.txt"))
+
+
+@pytest.mark.parametrize(
+    ("values", "served", "sample_ns"),
+    [
+        (None, f"{NAMESPACE} only", NAMESPACE),
+        ({"watch": {"namespaces": ["ml-prod", "default"]}}, "ml-prod, default only", "ml-prod"),
+        ({"watch": {"allNamespaces": True}}, "all namespaces", "default"),
+    ],
+)
+def test_notes_tell_the_truth(chart: helm.Chart, values: dict[str, Any] | None, served: str, sample_ns: str) -> None:
+    text = notes(chart, values)
+    assert f"It serves {served}" in text
+    # The sample is applied where the operator serves, from a file that names no namespace of its own.
+    (apply,) = [line.split() for line in text.splitlines() if "kubectl apply" in line]
+    assert apply[apply.index("-n") + 1] == sample_ns
+    sample = ROOT / apply[apply.index("-f") + 1]
+    assert sample.is_file() and "namespace" not in yaml.safe_load(sample.read_text())["metadata"]
+    # The port-forward runs in the background, to a Service and port the chart renders.
+    (forward,) = [
+        line.split() for line in text.splitlines() if line.strip().startswith("kubectl") and "port-forward" in line
+    ]
+    assert forward[-1] == "&"
+    (svc,) = [d for d in of_kind(render(chart, values), "Service") if d["metadata"]["name"].endswith("-metrics")]
+    assert forward[forward.index("port-forward") + 1] == f"svc/{svc['metadata']['name']}"
+    port = svc["spec"]["ports"][0]["port"]
+    assert forward[forward.index("port-forward") + 2] == f"{port}:{port}"
+    assert f"curl -s localhost:{port}/metrics" in text
+    assert "raw.githubusercontent.com" not in text

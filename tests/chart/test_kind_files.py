@@ -72,7 +72,8 @@ def test_kind_values_fit_the_chart() -> None:
     assert deploy["metadata"]["name"] == "gem-operator"  # run.sh waits on deploy/gem-operator
     c = deploy["spec"]["template"]["spec"]["containers"][0]
     assert c["image"] == "gem-operator:e2e" and c["imagePullPolicy"] == "Never"
-    assert "--namespace=default" in c["args"]
+    assert "--namespace=gem-e2e" in c["args"]  # the suite's own namespace (run.sh NAMESPACE)
+    assert "NAMESPACE=gem-e2e" in (KIND / "run.sh").read_text()
 
 
 def test_run_script_parses_and_passes_shellcheck() -> None:

@@ -80,6 +80,11 @@ def test_demo_runs_to_its_summary() -> None:
         "Autoscaling on SM active",
     ):
         assert needle in out
+    # The first screen has no Warning that only the demo's apply order would cause (a gang re-placed
+    # because ranker pods took its planned GPUs): the one Warning is the invalid sample's rejection.
+    warnings = {row.split("│")[3].strip() for row in out.splitlines() if row.count("│") > 4 and "│ Warning │" in row}
+    assert warnings == {"InvalidSpec"}, warnings
+    assert "Replacing" not in out and "OS signals are ignored" not in proc.stderr
 
 
 @pytest.mark.integration

@@ -101,31 +101,49 @@ def test_argocd_cm_embeds_the_scripts_verbatim() -> None:
         assert cm["data"][key] == script.read_text(), f"{key} differs from {script.name}: paste the file in"
 
 
+def _docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((GITOPS / name).read_text()) if d]
+
+
+PLACEHOLDER_REPO = "https://git.example.com/REPLACE-ME/gem-operator.git"
+
+
 def test_argocd_applications_point_at_real_paths_and_valid_values() -> None:
-    apps = [d for d in yaml.safe_load_all((GITOPS / "argocd-application.yaml").read_text()) if d]
-    assert {a["kind"] for a in apps} == {"Application"}
-    by_name = {a["metadata"]["name"]: a for a in apps}
-    operator, samples = by_name["gem-operator"], by_name["gem-samples"]
+    (operator,) = _docs("argocd-application.yaml")  # the operator only
+    (samples,) = _docs("argocd-samples.yaml")
+    assert operator["kind"] == samples["kind"] == "Application"
+    assert operator["metadata"]["name"] == "gem-operator" and samples["metadata"]["name"] == "gem-samples"
     assert (ROOT / operator["spec"]["source"]["path"] / "Chart.yaml").exists()
     assert sorted((ROOT / samples["spec"]["source"]["path"]).glob("*.yaml"))
-    waves = [int(a["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) for a in (operator, samples)]
-    assert waves[0] < waves[1], "the operator (and its CRDs) sync before the samples"
+    # The samples (a 32-GPU job, placeholder buckets) are synced by hand: no prune, no selfHeal.
+    assert not samples["spec"].get("syncPolicy", {}).get("automated")
+    # Repository URLs are an obvious placeholder that the comments tell the user to replace.
+    for app in (operator, samples):
+        assert app["spec"]["source"]["repoURL"] == PLACEHOLDER_REPO
+    for name in ("argocd-application.yaml", "argocd-samples.yaml"):
+        assert "Set repoURL" in (GITOPS / name).read_text()
     assert "ServerSideApply=true" in operator["spec"]["syncPolicy"]["syncOptions"]
     with helm.Chart.load(ROOT / "charts" / "gem-operator") as chart:
         values = operator["spec"]["source"]["helm"]["valuesObject"]
         chart.validate_schema(values)
         rendered = chart.render(values, name="gem-operator", namespace="gem-system")
     assert any("--namespace=default" in text for text in rendered.values())
+    assert samples["spec"]["destination"]["namespace"] in values["watch"]["namespaces"]
 
 
 def test_flux_objects_point_at_real_paths_and_valid_values() -> None:
-    docs = {d["kind"]: d for d in yaml.safe_load_all((GITOPS / "flux-kustomization.yaml").read_text()) if d}
-    assert set(docs) == {"GitRepository", "HelmRelease", "Kustomization"}
+    docs = {d["kind"]: d for d in _docs("flux-kustomization.yaml")}
+    assert set(docs) == {"GitRepository", "HelmRelease"}  # the operator only
+    (kust,) = _docs("flux-samples.yaml")
+    assert kust["kind"] == "Kustomization"
+    assert kust["spec"]["suspend"] is True and kust["spec"]["prune"] is False  # opt-in, never prunes
     repo = docs["GitRepository"]["metadata"]["name"]
-    kust, release = docs["Kustomization"], docs["HelmRelease"]
+    assert docs["GitRepository"]["spec"]["url"] == PLACEHOLDER_REPO
+    release = docs["HelmRelease"]
     assert kust["spec"]["sourceRef"] == {"kind": "GitRepository", "name": repo}
     assert sorted((ROOT / kust["spec"]["path"]).glob("*.yaml"))
     assert not (ROOT / kust["spec"]["path"] / "kustomization.yaml").exists()  # Flux generates it
+    assert kust["spec"]["targetNamespace"] in release["spec"]["values"]["watch"]["namespaces"]
     chart_spec = release["spec"]["chart"]["spec"]
     assert chart_spec["sourceRef"] == {"kind": "GitRepository", "name": repo}
     assert (ROOT / chart_spec["chart"] / "Chart.yaml").exists()

@@ -93,6 +93,8 @@ def test_node_failure_replaces_away_from_it_and_resumes_from_checkpoint(
     cluster.wait_for(lambda: (get(cluster, "pretrain").get("status") or {}).get("restarts") == 1, timeout=30)
     cluster.wait_for(lambda: phase(cluster, "pretrain") == "Running", timeout=30)
     assert get(cluster, "pretrain")["status"]["lastCheckpoint"] == "step-000200"
+    restarting = condition(cluster, "pretrain", "Restarting")
+    assert restarting["status"] == "False" and restarting["reason"] == "RestartCompleted", restarting
     assert all(env(p)["GEM_RESUME_FROM"] == "step-000200" for p in pods(cluster, "pretrain"))
 
     victim = pods(cluster, "pretrain")[2]["spec"]["nodeName"]
@@ -144,9 +146,43 @@ def test_suspend_and_resume(cluster: EmbeddedCluster, operator: OperatorThread) 
     cluster.apply({**doc, "spec": {**doc["spec"], "suspend": True}})
     cluster.wait_for(lambda: phase(cluster, "pretrain") == "Suspended" and not pods(cluster, "pretrain"), timeout=30)
     assert condition(cluster, "pretrain", "Suspended")["status"] == "True"
+    # Nothing runs while suspended, and the status says so.
+    assert condition(cluster, "pretrain", "Running")["status"] == "False"
+    assert condition(cluster, "pretrain", "Ready")["status"] == "False"
+    assert get(cluster, "pretrain")["status"]["readyNodes"] == 0
     cluster.apply({**doc, "spec": {**doc["spec"], "suspend": False}})
     cluster.wait_for(lambda: phase(cluster, "pretrain") == "Running", timeout=30)
     assert len(pods(cluster, "pretrain")) == 4
+
+
+def test_unplaceable_edit_keeps_the_running_gang_until_the_new_shape_fits(
+    cluster: EmbeddedCluster,
+    operator: OperatorThread,
+    wait_for_events: Callable[[set[tuple[str, str]]], set[tuple[str, str]]],
+) -> None:
+    doc = job()
+    cluster.apply(doc)
+    cluster.wait_for(lambda: phase(cluster, "pretrain") == "Running", timeout=30)
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(cluster, "pretrain")}
+    # dpReplicate 1 -> 9: 288 GPUs on a 256-GPU fleet. The change waits; the gang keeps running.
+    wide = {**doc["spec"]["parallelism"], "dpReplicate": 9}
+    cluster.apply({**doc, "spec": {**doc["spec"], "parallelism": wide}})
+    cluster.wait_for(lambda: condition(cluster, "pretrain", "Placed").get("reason") == "ChangeWaiting", timeout=30)
+    placed = condition(cluster, "pretrain", "Placed")
+    assert "spec change waits" in placed["message"] and "running gang (4 pods) is kept" in placed["message"]
+    assert "(36 pods, 288 GPUs) cannot be placed" in placed["message"], placed["message"]
+    wait_for_events({("pretrain", "ChangeWaiting")})
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(cluster, "pretrain")} == before
+    assert phase(cluster, "pretrain") == "Running"
+    assert condition(cluster, "pretrain", "Running")["status"] == "True"
+    # A shape that fits replaces the gang, and the teardown is an Event.
+    fits = {**doc["spec"]["parallelism"], "dpReplicate": 2}
+    cluster.apply({**doc, "spec": {**doc["spec"], "parallelism": fits}})
+    cluster.wait_for(
+        lambda: phase(cluster, "pretrain") == "Running" and len(pods(cluster, "pretrain")) == 8, timeout=30
+    )
+    assert condition(cluster, "pretrain", "Placed")["reason"] == "Placed"
+    wait_for_events({("pretrain", "ChildrenReplaced")})
 
 
 def test_impossible_job_is_explained_and_creates_nothing(

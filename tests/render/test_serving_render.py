@@ -57,6 +57,18 @@ def test_no_node_cache_means_no_hostpath() -> None:
     assert all("hostPath" not in v for v in deploy["spec"]["template"]["spec"]["volumes"])
 
 
+def test_operator_without_node_cache_drops_the_hostpath_whatever_the_spec() -> None:
+    """GEM_NODE_CACHE=off (the chart's default install): no hostPath, no --cache, though nodeCache is true."""
+    spec = ranking()
+    assert spec.model.loader.node_cache
+    deploy, _ = render_ranking_service(OWNER, spec, 1, node_cache=False)
+    pod = deploy["spec"]["template"]["spec"]
+    assert all("hostPath" not in v for v in pod["volumes"])
+    assert "--cache" not in pod["initContainers"][0]["args"]
+    on, _ = render_ranking_service(OWNER, spec, 1)
+    assert "--cache" in on["spec"]["template"]["spec"]["initContainers"][0]["args"]
+
+
 def test_precompute_deployment() -> None:
     spec = SolarisPrecomputeSpec.model_validate(
         {

@@ -94,6 +94,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["gem.dev"]
   resources: ["gemtrainings/status", "rankingservices/status", "solarisprecomputes/status"]
   verbs: ["patch"]
+# Children set blockOwnerDeletion on their ownerReference; with OwnerReferencesPermissionEnforcement
+# that needs update on the owner's finalizers subresource.
+- apiGroups: ["gem.dev"]
+  resources: ["gemtrainings/finalizers", "rankingservices/finalizers", "solarisprecomputes/finalizers"]
+  verbs: ["update"]
 # Children: training pods, rendezvous/serving Services, resolved-config ConfigMaps, pools.
 - apiGroups: [""]
   resources: ["pods"]
@@ -104,6 +109,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Kueue: one Workload per queued GEMTraining; its status is released on eviction, Finished at the end.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["patch"]
 # Events for decisions (placed, restarted, scaled, rejected), through both event APIs.
 - apiGroups: [""]
   resources: ["events"]

@@ -147,14 +147,27 @@ class SecretRef(ApiModel):
 # pod_template builds on ApiModel and Quantity above; Workload below embeds it.
 from gem_operator.api.pod_template import PodTemplate  # noqa: E402
 
+WORKLOADS_REPOSITORY = "ghcr.io/gem-dev/gem-workloads"
+WORKLOADS_TAG = "0.1.0"
+"""The release's tag: the package version and the chart's appVersion (tests keep the three equal)."""
+CUDA_SUFFIX = "-cuda"
+
+
+def default_workloads_image(gpu: bool) -> str:
+    """`:<tag>-cuda` (CUDA torch) for pods with GPUs, `:<tag>` (CPU torch) for the others."""
+    return f"{WORKLOADS_REPOSITORY}:{WORKLOADS_TAG}{CUDA_SUFFIX if gpu else ''}"
+
 
 class Workload(ApiModel):
     """The container the operator runs: image, resources, extra env and args."""
 
-    image: str = Field(
-        default="ghcr.io/gem-dev/gem-workloads:0.1.0",
+    image: str | None = Field(
+        default=None,
         min_length=1,
-        description="Container image with gem_workloads installed.",
+        description=(
+            f"Container image with gem_workloads installed. Default: {default_workloads_image(True)} (CUDA) "
+            f"for pods with GPUs, {default_workloads_image(False)} (CPU) otherwise."
+        ),
     )
     image_pull_policy: str = Field(
         default="IfNotPresent",
@@ -180,6 +193,10 @@ class Workload(ApiModel):
             "dnsPolicy, securityContext, containers (the main one by name, others as sidecars), initContainers."
         ),
     )
+
+    def image_for(self, gpus: int) -> str:
+        """The image a pod with `gpus` GPUs runs: the spec's, else the release's CUDA or CPU image."""
+        return self.image or default_workloads_image(gpus > 0)
 
     @field_validator("image_pull_policy")
     @classmethod

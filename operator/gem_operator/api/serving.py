@@ -147,6 +147,25 @@ class AutoscalingStatus(ApiModel):
     panicking: bool | None = Field(default=None, description="Panic mode active: scale-down blocked.")
 
 
+class ScalerStateStatus(ApiModel):
+    """The built-in autoscaler's memory between passes (stabilisation windows, rate policies, idle timer).
+
+    An object, not a JSON string, so that `kubectl get -o yaml` and GitOps health checks can read
+    it; unknown fields are preserved so that the policy may remember more without a schema change.
+    """
+
+    recommendations: list[list[float]] = Field(
+        default_factory=list, description="[unix time, replicas] recommended within the stabilisation windows."
+    )
+    events: list[list[float]] = Field(
+        default_factory=list, description="[unix time, replica delta] of recent scale events (rate policies)."
+    )
+    backlog_empty_since: float | None = Field(default=None, description="Unix time the backlog became empty.")
+    queue: list[float] | None = Field(default=None, description="Last queue reading: [unix time, seconds of work].")
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+
 class PoolStatus(ApiModel):
     """Observed state of a replica pool (shared by both kinds)."""
 
@@ -161,8 +180,8 @@ class PoolStatus(ApiModel):
     last_metric: MetricSample | None = Field(default=None, description="Last metric sample.")
     last_scale_time: str | None = Field(default=None, description="When replicas last changed.")
     last_scale_reason: str | None = Field(default=None, description="Why they changed.")
-    scaler_state: str | None = Field(
-        default=None, description="Autoscaler history (JSON): recommendations and scale events in the windows."
+    scaler_state: ScalerStateStatus | None = Field(
+        default=None, description="Autoscaler history: recommendations and scale events in the windows."
     )
     autoscaling: AutoscalingStatus | None = Field(
         default=None, description="Effective SM target, last p99 and panic state of the built-in autoscaler."

@@ -227,7 +227,10 @@ class GEMTrainingSpec(ApiModel):
     )
     checkpoint: CheckpointSpec = Field(description="Checkpoint location and interval.")
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Restart behaviour.")
-    suspend: bool = Field(default=False, description="True holds or removes the gang (Kueue admission).")
+    suspend: bool = Field(
+        default=False,
+        description="True holds or removes the gang; with a Kueue queue label it also deactivates the Workload.",
+    )
     training: TrainingJob = Field(default_factory=TrainingJob, description="What to train.")
     workload: Workload = Field(default_factory=Workload, description="Image, resources, env.")
     rendezvous_port: int = Field(default=29500, ge=1024, le=65535, description="MASTER_PORT.")

@@ -371,6 +371,8 @@ def desired_replicas(
     if desired != current:
         events = (*events, (now, desired - current))
         verb = "scaled up" if desired > current else "scaled down"
+        if held:  # a bound moved it, not the signal: say that, not "holding at"
+            message = f"{limited[2]}; {sig.message}"
         message = f"{verb} {current} -> {desired}: {message}"
 
     unavailable = (

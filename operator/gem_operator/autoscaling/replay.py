@@ -68,7 +68,7 @@ from gem_operator.autoscaling.policy import (
     ScalerState,
     desired_replicas,
 )
-from gem_operator.autoscaling.replay_plot import plot_report
+from gem_operator.autoscaling.replay_plot import plot_report, replay_figure
 from gem_operator.autoscaling.report import HPA_RPS, POLICY, POOLS, STATIC_PEAK, PoolResult, ReplayReport
 from gem_operator.autoscaling.service_model import Pool, ProfileError, ServiceModel, weighted_quantile
 from gem_operator.autoscaling.traces import (
@@ -272,6 +272,7 @@ def simulate(
         results=results,
         scale_mode=scale_mode,
         warmup_minutes=warmup,
+        max_replicas=spec.autoscaling.max_replicas,
     )
 
 
@@ -420,6 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """`gemop replay` entry point. Returns the exit status (2 for bad input)."""
     args = build_parser().parse_args(argv)
+    if args.plot and not Path(args.plot).expanduser().resolve().parent.is_dir():
+        folder = Path(args.plot).expanduser().resolve().parent
+        print(f"gemop replay: --plot {args.plot}: folder {folder} does not exist; create it first", file=sys.stderr)
+        return 2
     try:
         report = run_replay(
             args.trace,
@@ -441,7 +446,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(report.to_table())
     if args.plot:
-        plot_report(report, args.plot)
+        try:
+            plot_report(report, args.plot)
+        except OSError as exc:
+            print(f"gemop replay: --plot {args.plot}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         if args.output == "table":
             print(f"plot written to {args.plot}")
     return 0
@@ -463,6 +472,7 @@ __all__ = [
     "load_trace",
     "main",
     "plot_report",
+    "replay_figure",
     "run_pool",
     "run_replay",
     "simulate",

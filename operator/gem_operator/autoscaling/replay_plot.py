@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,22 @@ def plot_report(
     `zoom` = (first minute, last minute) adds a bottom row showing replicas and p99 in that window
     (e.g. around a flash crowd in a day-long run).
     """
+    import matplotlib.pyplot as plt
+
+    fig = replay_figure(report, title, zoom)
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _outside_legend(ax: Any) -> None:
+    """Legends beside the plot, never over the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
+
+
+def replay_figure(report: ReplayReport, title: str | None = None, zoom: tuple[int, int] | None = None) -> Any:
+    """The figure `plot_report` writes (a matplotlib Figure; the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,7 +59,7 @@ def plot_report(
     ax.plot(x, report.load_per_minute, color="black", lw=1.2, label="load (cost units/s)")
     ax.plot(x, report.requests_per_minute, color="tab:green", lw=0.8, ls="--", label="requests/s")
     ax.set_ylabel("load per second")
-    ax.legend(loc="upper left", fontsize=8)
+    _outside_legend(ax)
     ax.set_title(title or f"{report.trace} x{report.scale:g} -> RankingService {report.service}")
 
     ax = axes[1]
@@ -55,8 +72,10 @@ def plot_report(
             lw=1.4 if k == POLICY else 1.0,
             label=f"{labels[k]}: {r.gpu_hours:.1f} GPU-h",
         )
+    if report.max_replicas is not None:
+        ax.axhline(report.max_replicas, color="red", ls=":", lw=1.0, label=f"maxReplicas {report.max_replicas}")
     ax.set_ylabel("replicas (GPUs held)")
-    ax.legend(loc="upper left", fontsize=8)
+    _outside_legend(ax)
 
     ax = axes[2]
     for k in order:
@@ -73,7 +92,7 @@ def plot_report(
     ax.set_yscale("log")
     ax.set_ylabel("p99 per minute (ms)")
     ax.set_xlabel(xlabel)
-    ax.legend(loc="upper left", fontsize=8)
+    _outside_legend(ax)
 
     if zoom:
         lo, hi = max(0, zoom[0]), min(report.minutes, zoom[1])
@@ -108,11 +127,8 @@ def plot_report(
         )
         ax.set_ylabel("replicas (solid)")
         ax.set_xlabel(f"minute of the run (zoom on minutes {lo}-{hi})")
-        ax.legend(loc="upper left", fontsize=8)
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+        _outside_legend(ax)
+    return fig
 
 
-__all__ = ["plot_report"]
+__all__ = ["plot_report", "replay_figure"]

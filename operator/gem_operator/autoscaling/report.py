@@ -67,6 +67,7 @@ class ReplayReport:
     results: dict[str, PoolResult]
     scale_mode: str = "duplicate"
     warmup_minutes: int = 0
+    max_replicas: int | None = None  # the spec's autoscaling.maxReplicas, marked on the plot
 
     @property
     def minutes(self) -> int:

@@ -9,13 +9,26 @@ from pathlib import Path
 
 from gem_operator import __version__
 
-DEFAULT_CRD_DIR = Path(__file__).resolve().parents[3] / "crds"
-
 
 def _cmd_crds(args: argparse.Namespace) -> int:
     from gem_operator.api.crd import all_crds, render_yaml
+    from gem_operator.cli.paths import checkout_root
 
-    out: Path = args.out
+    out: Path | None = args.out
+    if out is None:
+        root = checkout_root()
+        if root is None:
+            if args.check:
+                print(
+                    "gemop crds --check: not in a gem-operator checkout, so there is no crds/ to compare with; "
+                    "run it in the repository or pass --out DIR",
+                    file=sys.stderr,
+                )
+                return 2
+            # Installed without a repository (pip install ., the image): print them, e.g. for kubectl.
+            sys.stdout.write("".join(f"---\n{render_yaml(crd)}" for crd in all_crds().values()))
+            return 0
+        out = root / "crds"
     out.mkdir(parents=True, exist_ok=True)
     drifted = []
     for filename, crd in all_crds().items():
@@ -61,50 +74,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    import json
+    from gem_operator.cli.plan import cmd_plan
 
-    import yaml
-
-    from gem_operator.api.kinds import GEM_TRAINING
-    from gem_operator.api.training import GEMTrainingSpec
-    from gem_operator.api.validation import InvalidSpec, parse_spec
-    from gem_operator.topology import Infeasible, cluster_view_from_objects, explain_plan, plan_gang
-
-    def load(path: Path) -> list[dict[str, object]]:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        items: list[dict[str, object]] = []
-        for doc in docs:
-            items.extend(doc.get("items", []) if doc.get("kind", "").endswith("List") else [doc])
-        return items
-
-    try:
-        job = yaml.safe_load(Path(args.job).read_text())
-        if args.nodes:
-            nodes = load(Path(args.nodes))
-        else:
-            from gem_operator.sim.fleet import load_fleet
-
-            nodes = [dict(n) for n in load_fleet(args.fleet)]
-        pods = load(Path(args.pods)) if args.pods else []
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        print(f"gemop plan: {exc}", file=sys.stderr)
-        return 2
-    exclude = {n for n in (args.exclude or "").split(",") if n}
-    body = dict(job) if isinstance(job, dict) and "spec" in job else {"spec": job}
-    body.setdefault("kind", "GEMTraining")
-    body.setdefault("metadata", {"name": "what-if"})
-    try:
-        spec = parse_spec(GEM_TRAINING, body)
-    except InvalidSpec as invalid:
-        print("gemop plan: invalid GEMTraining:\n  " + "\n  ".join(invalid.problems), file=sys.stderr)
-        return 2
-    assert isinstance(spec, GEMTrainingSpec)
-    result = plan_gang(spec, cluster_view_from_objects(nodes, pods), exclude_nodes=exclude)
-    if args.output == "json":
-        print(json.dumps(result.to_json(), indent=2, sort_keys=True))
-    else:
-        print(explain_plan(result))
-    return 1 if isinstance(result, Infeasible) else 0
+    return cmd_plan(args)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -135,6 +107,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     # Status follows children on each resync (read when the handlers are imported): keep it brisk.
     os.environ.setdefault("GEM_RESYNC_SECONDS", "2")
     from gem_operator.cli.demo import SAMPLES_DIR, run_demo
+    from gem_operator.cli.plan import output_problem
+
+    problem = output_problem(args.plot, "--plot")
+    if problem:
+        print(f"gemop demo: {problem}", file=sys.stderr)
+        return 2
 
     return run_demo(
         fleet=args.fleet,
@@ -154,8 +132,21 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     from gem_operator.api.crd import gem_crds
     from gem_operator.cli.demo import PEERING_NAME, peering_object
     from gem_operator.cli.operator import OperatorOptions, OperatorThread
+    from gem_operator.cli.paths import samples_dir
+    from gem_operator.cli.plan import output_problem, port_problem
     from gem_operator.sim.cluster import EmbeddedCluster
+    from gem_operator.sim.fleet import FleetError, load_fleet
 
+    # Bad input is one line naming the flag, before anything starts.
+    try:
+        fleet = load_fleet(args.fleet)
+    except FleetError as exc:
+        print(f"gemop sim up: --fleet {exc}; use a shipped fleet (demo, large) or a Nodes YAML file", file=sys.stderr)
+        return 2
+    problem = port_problem(args.host, args.port) or output_problem(args.kubeconfig, "--kubeconfig")
+    if problem:
+        print(f"gemop sim up: {problem}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -169,12 +160,17 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
         if not token:
             print(f"gemop sim up: --token-file {args.token_file} is empty; put the bearer token in it", file=sys.stderr)
             return 2
-    crds = list(gem_crds().values())
-    with EmbeddedCluster(args.fleet, crds, host=args.host, port=args.port, token=token) as cluster:
+    embedded = EmbeddedCluster(fleet, list(gem_crds().values()), host=args.host, port=args.port, token=token)
+    try:
+        cluster = embedded.__enter__()
+    except (OSError, RuntimeError) as exc:
+        print(f"gemop sim up: the embedded cluster did not start: {exc.__cause__ or exc}", file=sys.stderr)
+        return 1
+    try:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         cluster.apply(peering_object(PEERING_NAME, "default"))
         print(f"embedded cluster serving at {cluster.url}; kubeconfig: {kubeconfig}", flush=True)
-        print(f"  kubectl --kubeconfig {kubeconfig} apply --validate=false -f crds/samples/", flush=True)
+        print(f"  kubectl --kubeconfig {kubeconfig} apply --validate=false -f {samples_dir()}/", flush=True)
         operator = None
         if args.operator:
             os.environ["KUBECONFIG"] = str(kubeconfig)
@@ -184,6 +180,8 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
         stop.wait()
         if operator is not None:
             operator.stop()
+    finally:
+        embedded.__exit__(None, None, None)
     return 0
 
 
@@ -201,7 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     crds = sub.add_parser("crds", help="write CRD YAML generated from the API types")
-    crds.add_argument("--out", type=Path, default=DEFAULT_CRD_DIR, help="output directory (default: crds/)")
+    crds.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: crds/ of the checkout; outside one, print them on stdout)",
+    )
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     crds.set_defaults(func=_cmd_crds)
 

@@ -27,15 +27,16 @@ from gem_operator.autoscaling.observation import LatencyReading
 from gem_operator.autoscaling.service_model import ServiceModel
 from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
+from gem_operator.cli.paths import samples_dir, trace_file
 from gem_operator.controllers.autoscaler import use_metric_sources
 from gem_operator.kube import KubeApi
 from gem_operator.sim.cluster import EmbeddedCluster
 from gem_operator.sim.dcgm import SmActiveSimulator
 from gem_operator.sim.lifecycle import LifecycleConfig
 
-ROOT = Path(__file__).resolve().parents[3]
-SAMPLES_DIR = ROOT / "crds" / "samples"
-TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"
+# The repository's files when run in a checkout, else the copies shipped as package data.
+SAMPLES_DIR = samples_dir()
+TRACE = trace_file()
 # The replay phase plays one trace minute per wall second.
 REPLAY_SECONDS = 40
 
@@ -85,29 +86,39 @@ def _settled(tracked: Tracked, obj: Mapping[str, Any] | None) -> bool:
     return status.get("phase") in {"Running", "Ready", "Succeeded"}
 
 
+def apply_waves(docs: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """Replica pools first, then gangs: in the other order the scheduler may bind ranker pods to GPUs
+    a planned (still gated) gang holds, and the gang is re-placed, a Warning that says nothing about
+    the operator, only about the order the demo applied things in."""
+    pools = [d for d in docs if d.get("kind") != "GEMTraining"]
+    gangs = [d for d in docs if d.get("kind") == "GEMTraining"]
+    return [w for w in (pools, gangs) if w]
+
+
 async def _apply_and_wait(kube: KubeApi, docs: Sequence[Mapping[str, Any]], wait_seconds: float) -> list[Tracked]:
-    tracked = []
-    for doc in docs:
-        await kube.create(doc)
-        meta = doc["metadata"]
-        tracked.append(
-            Tracked(
-                kind_info(doc["kind"]),
-                meta["name"],
-                meta.get("namespace", "default"),
-                expect_invalid=doc is INVALID_SAMPLE,
-            )
-        )
+    tracked: list[Tracked] = []
     started = time.monotonic()
-    while time.monotonic() - started < wait_seconds:
-        pending = [t for t in tracked if t.done_after is None]
-        if not pending:
-            break
-        for t in pending:
-            obj = await kube.get(t.info.api_version, t.info.kind, t.name, t.namespace)
-            if _settled(t, obj):
-                t.done_after = time.monotonic() - started
-        await asyncio.sleep(0.2)
+    for wave in apply_waves(docs):
+        for doc in wave:
+            await kube.create(doc)
+            meta = doc["metadata"]
+            tracked.append(
+                Tracked(
+                    kind_info(doc["kind"]),
+                    meta["name"],
+                    meta.get("namespace", "default"),
+                    expect_invalid=doc is INVALID_SAMPLE,
+                )
+            )
+        while time.monotonic() - started < wait_seconds:
+            pending = [t for t in tracked if t.done_after is None]
+            if not pending:
+                break
+            for t in pending:
+                obj = await kube.get(t.info.api_version, t.info.kind, t.name, t.namespace)
+                if _settled(t, obj):
+                    t.done_after = time.monotonic() - started
+            await asyncio.sleep(0.2)
     return tracked
 
 
@@ -187,24 +198,55 @@ async def _summarise(console: Console, kube: KubeApi, tracked: Sequence[Tracked]
     console.print(events)
 
 
-def _plot(timeline: Sequence[tuple[float, float, int, int, float | None]], path: Path) -> None:
+def demo_figure(timeline: Sequence[tuple[float, float, int, int, float | None]], target: float | None = None) -> Any:
+    """Load on top; replicas (desired, ready) with the SM active they were scaled on beside them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     t = [row[0] for row in timeline]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, constrained_layout=True)
     ax1.plot(t, [row[1] for row in timeline], color="black", label="load (cost units/s)")
     ax1.set_ylabel("load")
-    ax1.legend(loc="upper left")
+    ax1.legend(loc="upper left", bbox_to_anchor=(1.08, 1.0), borderaxespad=0.0, fontsize=8)
     ax2.step(t, [row[3] for row in timeline], where="post", label="desired replicas")
     ax2.step(t, [row[2] for row in timeline], where="post", label="ready replicas")
     ax2.set_ylabel("replicas")
     ax2.set_xlabel("demo time (s); one trace minute per second")
-    ax2.legend(loc="upper left")
+    sm = ax2.twinx()
+    sm.plot(
+        t,
+        [float("nan") if row[4] is None else row[4] for row in timeline],
+        color="tab:green",
+        marker=".",
+        lw=1.0,
+        label="SM active (mean, right axis)",
+    )
+    if target is not None:
+        sm.axhline(target, color="tab:green", ls=":", lw=1.0, label=f"targetSmActive {target:g}")
+    sm.set_ylim(0, 1.05)
+    sm.set_ylabel("SM active")
+    handles, labels = ax2.get_legend_handles_labels()
+    more_handles, more_labels = sm.get_legend_handles_labels()
+    ax2.legend(
+        handles + more_handles,
+        labels + more_labels,
+        loc="upper left",
+        bbox_to_anchor=(1.08, 1.0),
+        borderaxespad=0.0,
+        fontsize=8,
+    )
     fig.suptitle("RankingService ads-ranker scaled on simulated DCGM_FI_PROF_SM_ACTIVE")
-    fig.tight_layout()
+    return fig
+
+
+def _plot(
+    timeline: Sequence[tuple[float, float, int, int, float | None]], path: Path, target: float | None = None
+) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = demo_figure(timeline, target)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -345,6 +387,8 @@ def run_demo(
     """Run the demo; 0 when every sample settled and the invalid one was rejected."""
     console = console or Console(width=max(shutil.get_terminal_size((160, 40)).columns, 140))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # kopf runs in a thread here, where it cannot take OS signals; its warning about that is noise.
+    logging.getLogger("kopf._core.reactor.running").setLevel(logging.ERROR)
     docs = [*load_samples(samples), INVALID_SAMPLE]
     namespaces = sorted({d["metadata"].get("namespace", "default") for d in docs})
     crds = list(gem_crds().values())
@@ -400,7 +444,9 @@ def run_demo(
                         console, kube, dcgm, curve, namespaces[0], scale_mode=scale_mode, warmup_s=warmup
                     )
                     if plot is not None:
-                        _plot(timeline, plot)
+                        ranker = next((d for d in docs if d.get("kind") == "RankingService"), {})
+                        target = ((ranker.get("spec") or {}).get("autoscaling") or {}).get("targetSmActive")
+                        _plot(timeline, plot, target)
                         console.print(f"plot written to {plot}")
                 return tracked
             finally:

@@ -109,6 +109,16 @@ async def _precompute_signals(ctx: PassContext, spec: SolarisPrecomputeSpec, pod
     return await _precompute_source(spec.autoscaling).read_precompute(ctx.namespace, pods, ranker_pods, slo_ms)
 
 
+def scaled_event(current: int, desired: int, message: str) -> str:
+    """One sentence per decision: the change first, then each reason the policy gave, on its own."""
+    verb = "Scaled up" if desired > current else "Scaled down"
+    _, sep, rest = message.partition(f"{current} -> {desired}: ")
+    clauses = [c.strip() for c in (rest if sep else message).split("; ") if c.strip()]
+    sentences = [f"{verb} from {current} to {desired} replicas."]
+    sentences += [c[0].upper() + c[1:] + ("" if c.endswith(".") else ".") for c in clauses]
+    return " ".join(sentences)
+
+
 async def autoscale(
     ctx: PassContext,
     kind: str,
@@ -120,9 +130,11 @@ async def autoscale(
     """One autoscaler sync: returns the replicas the pool should have now."""
     scaling = spec.autoscaling
     status = ctx.body.get("status") or {}
+    raw = status.get("scalerState") or {}
     try:
-        state = ScalerState.from_dict(json.loads(status.get("scalerState") or "{}"))
-    except ValueError:
+        # An object since v0.x; a JSON string as older operators wrote it is still read.
+        state = ScalerState.from_dict(json.loads(raw) if isinstance(raw, str) else raw)
+    except (ValueError, AttributeError):
         state = ScalerState()  # forgetting history is safe: windows restart empty
     states = pod_states(pods)
     serving = [s.name for s in states if s.serving]
@@ -155,7 +167,7 @@ async def autoscale(
     )
     decision = desired_replicas(scaling, state, observation, ctx.now.timestamp(), slo_p99_ms=slo_ms)
     fields = outcome.draft.fields
-    fields["scalerState"] = json.dumps(decision.state.to_dict(), separators=(",", ":"))
+    fields["scalerState"] = decision.state.to_dict()
     fields["lastScaleTime"] = status.get("lastScaleTime")
     fields["lastScaleReason"] = status.get("lastScaleReason")
     if decision.metric_value is not None and decision.metric_timestamp is not None:
@@ -176,9 +188,7 @@ async def autoscale(
         fields["lastScaleReason"] = decision.message
         direction = "up" if decision.desired_replicas > current else "down"
         metrics.SCALING_DECISIONS.labels(kind, direction, decision.reason).inc()
-        outcome.events.append(
-            ("Normal", "Scaled", f"{current} -> {decision.desired_replicas} replicas: {decision.message}")
-        )
+        outcome.events.append(("Normal", "Scaled", scaled_event(current, decision.desired_replicas, decision.message)))
     metrics.EFFECTIVE_TARGET.labels(kind, ctx.namespace, ctx.name).set(
         decision.effective_target or scaling.target_sm_active
     )

@@ -31,6 +31,11 @@ EFFECTIVE_TARGET = Gauge(
     "SM target the autoscaler scales on (targetSmActive after the SLO feedback).",
     ["kind", "namespace", "name"],
 )
+MODEL_CACHE_FALLBACK_PODS = Gauge(
+    "gem_operator_model_cache_fallback_pods",
+    "Pods whose model loader could not use the node cache and pulled directly (termination message).",
+    ["kind", "namespace", "name"],
+)
 INVALID_SPECS = Counter("gem_operator_invalid_spec_total", "Resources rejected as InvalidSpec.", ["kind"])
 
 _started: set[int] = set()

@@ -8,9 +8,11 @@ import kopf
 
 from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
+from gem_operator.controllers import metrics
 from gem_operator.controllers.autoscaler import autoscale
+from gem_operator.controllers.pod_reasons import cache_fallbacks, not_ready_summary
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
-from gem_operator.controllers.settings import MODEL_PEERS, RESYNC_SECONDS
+from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SECONDS
 from gem_operator.controllers.status import model_load_seconds, pool_phase
 from gem_operator.render.common import Owner, child_name, selector_labels
 from gem_operator.render.serving import (
@@ -23,6 +25,22 @@ from gem_operator.render.serving import (
 )
 
 
+def replicas_owner(outcome: Outcome, spec: RankingServiceSpec | SolarisPrecomputeSpec) -> None:
+    """Condition `ReplicasFromSpec`: whether spec.replicas (kubectl scale, HPA, KEDA) sets the replicas."""
+    if spec.autoscaling.enabled:
+        outcome.draft.condition(
+            "ReplicasFromSpec",
+            "False",
+            "BuiltInAutoscaler",
+            f"the built-in autoscaler owns replicas; spec.replicas ({spec.replicas}) is only its starting point. "
+            "To scale with kubectl scale, HPA or KEDA, set spec.autoscaling.enabled: false.",
+        )
+    else:
+        outcome.draft.condition(
+            "ReplicasFromSpec", "True", "AutoscalerDisabled", f"spec.replicas ({spec.replicas}) sets the replicas"
+        )
+
+
 async def _pool_pass(
     ctx: PassContext, spec: RankingServiceSpec | SolarisPrecomputeSpec, outcome: Outcome, role: str
 ) -> None:
@@ -32,9 +50,11 @@ async def _pool_pass(
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     pods = await ctx.kube.list("v1", "Pod", ctx.namespace, selector_labels(owner, role)) if deployment else []
     loaded = model_load_seconds(pods)
+    metrics.MODEL_CACHE_FALLBACK_PODS.labels(info.kind, ctx.namespace, ctx.name).set(len(cache_fallbacks(pods)))
     outcome.draft.fields["modelLoadSeconds"] = (
         loaded if loaded is not None else (ctx.body.get("status") or {}).get("modelLoadSeconds")
     )
+    replicas_owner(outcome, spec)
     if not spec.autoscaling.enabled:
         replicas = spec.replicas  # HPA/KEDA drive spec.replicas through the scale subresource
     elif deployment is None:
@@ -43,13 +63,13 @@ async def _pool_pass(
         current = int((deployment.get("spec") or {}).get("replicas") or 0)
         replicas = await autoscale(ctx, info.kind, spec, pods, current, outcome)
     if isinstance(spec, RankingServiceSpec):
-        manifests = render_ranking_service(owner, spec, replicas, MODEL_PEERS)
+        manifests = render_ranking_service(owner, spec, replicas, MODEL_PEERS, NODE_CACHE)
     else:
-        manifests = render_precompute(owner, spec, replicas, MODEL_PEERS)
+        manifests = render_precompute(owner, spec, replicas, MODEL_PEERS, NODE_CACHE)
     await apply_children(ctx, info, manifests, outcome)
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     outcome.draft.fields["selector"] = pool_selector(owner, role)
-    pool_phase(outcome.draft, replicas, deployment)
+    pool_phase(outcome.draft, replicas, deployment, not_ready_summary(pods))
 
 
 async def ranking_pass(ctx: PassContext, spec: RankingServiceSpec, outcome: Outcome) -> None:
@@ -78,3 +98,27 @@ async def reconcile_ranking(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
 @kopf.timer(_SPC.group, _SPC.version, _SPC.plural, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 async def reconcile_precompute(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: Any, **_: Any) -> None:
     await reconcile(_SPC, precompute_pass, body=body, patch=patch, memo=memo, logger=logger)
+
+
+def autoscaler_owns_replicas_message(kind: str, old: object, new: object, in_effect: object) -> str:
+    """One decision, one sentence each: what was asked, what holds, how to change who decides."""
+    return (
+        f"spec.replicas changed {old} -> {new} (kubectl scale or another scaler), but the built-in autoscaler owns "
+        f"this {kind}'s replicas and keeps {in_effect}. To scale by hand or with HPA/KEDA, set "
+        "spec.autoscaling.enabled: false."
+    )
+
+
+@kopf.on.field(_RKS.group, _RKS.version, _RKS.plural, field="spec.replicas")
+@kopf.on.field(_SPC.group, _SPC.version, _SPC.plural, field="spec.replicas")
+async def replicas_edited(body: kopf.Body, old: Any, new: Any, reason: Any, **_: Any) -> None:
+    """`kubectl scale` on a pool the built-in autoscaler drives: say so instead of silently undoing it."""
+    if str(reason) != "update" or new is None or old == new:
+        return  # created/resumed, or not a change of spec.replicas
+    old = 1 if old is None else old  # absent means the schema's default
+    autoscaling = (body.get("spec") or {}).get("autoscaling") or {}
+    if autoscaling.get("enabled", True) is False:
+        return  # HPA/KEDA/kubectl own spec.replicas: the Deployment follows it
+    in_effect = (body.get("status") or {}).get("desiredReplicas", "its own count")
+    message = autoscaler_owns_replicas_message(str(body.get("kind")), old, new, in_effect)
+    kopf.event(body, type="Warning", reason="AutoscalerOwnsReplicas", message=message)

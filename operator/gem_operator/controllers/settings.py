@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 import kopf
@@ -18,6 +19,11 @@ RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("GEM_METRICS_PORT", "0"))
 # Model-cache peers for the loader (the chart's cache Service when its DaemonSet is enabled).
 MODEL_PEERS: tuple[str, ...] = tuple(u for u in os.environ.get("GEM_MODEL_PEERS", "").split(",") if u)
+# Whether workload pods may mount the node cache hostPath (`model.loader.nodeCache`): "hostPath"
+# (default: the embedded cluster, or a chart whose model-cache DaemonSet prepares the directory for
+# the workloads' uid) or "off" (the chart's default install: no hostPath, so the pods pass the
+# `baseline`/`restricted` Pod Security levels and never meet a root-owned cache directory).
+NODE_CACHE: bool = os.environ.get("GEM_NODE_CACHE", "hostPath").strip().lower() not in ("off", "false", "0", "none")
 
 
 @kopf.on.startup()
@@ -28,6 +34,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: An
     )
     settings.persistence.finalizer = "gem.dev/finalizer"
     settings.posting.level = logging.WARNING
+    # `kubectl describe` shows who decided: this operator, not the framework it is built on.
+    settings.posting.reporting_component = "gem-operator"
+    settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
+    settings.posting.event_name_prefix = "gem-operator-"
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 30
     # A deleted pool's resync timer may be mid-pass (waiting on Prometheus); kopf releases the

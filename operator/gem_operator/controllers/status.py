@@ -95,12 +95,22 @@ def observe_gang(expected: int, pods: Sequence[Mapping[str, Any]]) -> GangObserv
     )
 
 
-def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool) -> None:
+def _end_restart(draft: StatusDraft, reason: str, message: str) -> None:
+    """A `Restarting=True` left from a restart goes False once the gang runs again (or is suspended)."""
+    if any(c.type == "Restarting" and c.status == "True" for c in draft.conditions):
+        draft.condition("Restarting", "False", reason, message)
+
+
+def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool, why: str = "") -> None:
     """Phase and conditions of a GEMTraining from its pods."""
     if suspended:
         draft.fields["phase"] = "Suspended"
         draft.condition("Suspended", "True", "SpecSuspended", "spec.suspend is true: the gang holds no pods")
         draft.condition("Ready", "False", "Suspended", "suspended")
+        # No pod runs while suspended: say so, rather than leave the last running state standing.
+        draft.condition("Running", "False", "Suspended", "suspended: no pods")
+        _end_restart(draft, "Suspended", "suspended: no pods")
+        draft.fields["readyNodes"] = 0
         return
     draft.condition("Suspended", "False", "NotSuspended", "")
     if obs.failures:
@@ -114,15 +124,18 @@ def training_phase(draft: StatusDraft, obs: GangObservation, suspended: bool) ->
         draft.fields["phase"] = "Running"
         draft.condition("Running", "True", "AllPodsReady", f"{obs.ready}/{obs.expected} pods ready")
         draft.condition("Ready", "True", "AllPodsReady", f"{obs.ready}/{obs.expected} pods ready")
+        _end_restart(draft, "RestartCompleted", f"{obs.ready}/{obs.expected} pods ready again")
     else:
         draft.fields["phase"] = "Pending"
-        draft.condition("Running", "False", "PodsStarting", f"{obs.ready}/{obs.expected} pods ready")
-        draft.condition("Ready", "False", "PodsStarting", f"{obs.ready}/{obs.expected} pods ready")
+        # `why`: what the not-Ready pods say (controllers/pod_reasons.py), e.g. an image that cannot be pulled.
+        message = f"{obs.ready}/{obs.expected} pods ready" + (f": {why}" if why else "")
+        draft.condition("Running", "False", "PodsStarting", message)
+        draft.condition("Ready", "False", "PodsStarting", message)
     draft.fields["nodes"] = obs.expected
     draft.fields["readyNodes"] = obs.ready
 
 
-def pool_phase(draft: StatusDraft, desired: int, deployment: Mapping[str, Any] | None) -> None:
+def pool_phase(draft: StatusDraft, desired: int, deployment: Mapping[str, Any] | None, why: str = "") -> None:
     """Phase and conditions of a replica pool from its Deployment."""
     dstatus = (deployment or {}).get("status") or {}
     ready = int(dstatus.get("readyReplicas") or 0)
@@ -138,8 +151,9 @@ def pool_phase(draft: StatusDraft, desired: int, deployment: Mapping[str, Any] |
         draft.condition("Progressing", "False", "ReplicasReady", f"{ready}/{desired} replicas ready")
     else:
         draft.fields["phase"] = "Progressing"
-        draft.condition("Ready", "False", "ReplicasStarting", f"{ready}/{desired} replicas ready")
-        draft.condition("Progressing", "True", "ReplicasStarting", f"{ready}/{desired} replicas ready")
+        message = f"{ready}/{desired} replicas ready" + (f": {why}" if why else "")
+        draft.condition("Ready", "False", "ReplicasStarting", message)
+        draft.condition("Progressing", "True", "ReplicasStarting", message)
 
 
 def invalid(draft: StatusDraft, message: str) -> None:

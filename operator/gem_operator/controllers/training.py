@@ -15,7 +15,8 @@ import kopf
 
 from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
-from gem_operator.controllers import gang
+from gem_operator.controllers import gang, humanize, kueue
+from gem_operator.controllers.pod_reasons import not_ready_summary
 from gem_operator.controllers.reconcile import (
     APPLY_CONCURRENCY,
     Outcome,
@@ -24,7 +25,7 @@ from gem_operator.controllers.reconcile import (
     prune_children,
     reconcile,
 )
-from gem_operator.controllers.settings import MODEL_PEERS, RESYNC_SECONDS
+from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SECONDS
 from gem_operator.controllers.status import observe_gang, training_phase
 from gem_operator.kube.kueue import read_topology
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
@@ -60,6 +61,8 @@ class TrainingPass:
         self.status: dict[str, Any] = dict(ctx.body.get("status") or {})
         self.fields = outcome.draft.fields
         self.labels = {LABEL_INSTANCE: ctx.name, LABEL_ROLE: ROLE_WORKER}
+        # Node labels the placement must keep to (the ResourceFlavors Kueue admitted the gang to).
+        self.required_labels: dict[str, str] = {}
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.outcome.events.append((type_, reason, message))
@@ -91,6 +94,7 @@ class TrainingPass:
         pods = await self.pods()
         checkpoint = gang.newest_checkpoint([self.status.get("lastCheckpoint"), *gang.reported_checkpoints(pods)])
         fields["lastCheckpoint"] = checkpoint
+        queued = await kueue.admission(self)  # None unless the resource names a Kueue queue
 
         if spec.suspend:
             await self.suspend(pods)
@@ -98,10 +102,17 @@ class TrainingPass:
         if self.status.get("phase") == "Failed":
             # Terminal, like a Job: the pods stay for inspection; delete and re-apply to retry.
             fields["phase"] = "Failed"
+            await kueue.finish(self, "Failed", str(self.status.get("lastFailure") or "failed"))
             return
         if pods and len(pods) == spec.num_nodes and all(p.get("status", {}).get("phase") == "Succeeded" for p in pods):
             training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False)
+            await kueue.finish(self, "Succeeded", "all pods succeeded")
             return
+        if queued is not None and not queued.admitted:
+            await kueue.hold(self, queued, pods)
+            return
+        if queued is not None:
+            self.required_labels = await kueue.admitted_node_labels(self, queued)
 
         nodes = {n["metadata"]["name"]: n for n in await self.ctx.kube.list("v1", "Node", None)}
         rank_of = {p["metadata"]["name"]: int(p["metadata"]["labels"].get(LABEL_NODE_RANK, -1)) for p in pods}
@@ -150,6 +161,7 @@ class TrainingPass:
             placement_json={"planner": placement.get("planner"), "nodes": node_names, "score": placement.get("score")},
             embedding_sharding_group=placement.get("embeddingShardingGroup"),
             peers=MODEL_PEERS,
+            node_cache=NODE_CACHE,
         )
         observed = {"Pod": {p["metadata"]["name"]: p for p in pods}}
         await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
@@ -159,10 +171,11 @@ class TrainingPass:
         await self.ungate_when_whole(pods)
         if self.status.get("phase") == "Restarting":
             self.event("Normal", "Restarted", f"gang re-created; resuming from {checkpoint or 'the start'}")
-        training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False)
+        why = not_ready_summary(pods)
+        training_phase(self.outcome.draft, observe_gang(spec.num_nodes, pods), suspended=False, why=why)
 
     async def suspend(self, pods: list[dict[str, Any]]) -> None:
-        """Suspended: no pods, no placement (Kueue admits by flipping spec.suspend)."""
+        """Suspended by the user: no pods, no placement (Kueue admission is controllers/kueue.py)."""
         children = render_training(self.owner, self.spec)
         await apply_children(self.ctx, INFO, children.all(), self.outcome)
         if pods:
@@ -230,7 +243,12 @@ class TrainingPass:
         current = list(placement.get("nodes") or [])
         valid = placement.get("specKey") == key and len(current) == spec.num_nodes
         if valid and all(current):
-            self.condition("Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {placement.get('score')}")
+            self.condition(
+                "Placed",
+                "True",
+                "Placed",
+                f"{spec.num_nodes} pods pinned; score {humanize.score(placement.get('score'))}",
+            )
             return list(current)
         all_pods = await self.ctx.kube.list("v1", "Pod", None)
         mine = {p["metadata"]["name"] for p in await self.pods()}
@@ -246,6 +264,12 @@ class TrainingPass:
             levels = await self.kueue_levels(spec.topology.kueue_topology)
             if levels is None:
                 return None
+        if self.required_labels:
+            excluded |= {
+                name
+                for name, node in nodes.items()
+                if any((node["metadata"].get("labels") or {}).get(k) != v for k, v in self.required_labels.items())
+            }
         if valid:
             # Replica-group restart: keep the hosts that are fine, plan the missing ranks as a sub-gang.
             missing = [r for r, n in enumerate(current) if not n]
@@ -265,6 +289,10 @@ class TrainingPass:
                 self.event("Normal", "Placed", f"replica group re-placed on {', '.join(result.nodes)}")
                 return list(current)
         result_full = plan_gang(spec, view, exclude_nodes=excluded, kueue_levels=levels)
+        if isinstance(result_full, Infeasible) and mine and current and all(current):
+            # An edit the cluster cannot place yet: the running gang stays until the new shape fits.
+            await self.hold_change(result_full, len(current))
+            return None
         if isinstance(result_full, Infeasible):
             await self.unplaced("Unschedulable", "; ".join([result_full.reason, *result_full.details]))
             return None
@@ -274,7 +302,9 @@ class TrainingPass:
         summary.spec_key = key
         summary.embedding_sharding_group = embedding_sharding_group(result_full, spec)
         fields["placement"] = summary.to_wire()
-        self.condition("Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {summary.score:.4g}")
+        self.condition(
+            "Placed", "True", "Placed", f"{spec.num_nodes} pods pinned; score {humanize.score(summary.score)}"
+        )
         domains = sorted({d.get("nvlink", "") for d in result_full.node_domains} - {""})
         self.event("Normal", "Placed", f"{spec.num_nodes} pods on {', '.join(result_full.nodes)}"
                    + (f" (NVLink domains {', '.join(domains)})" if domains else ""))  # fmt: skip
@@ -292,6 +322,9 @@ class TrainingPass:
         if old.get("message") != message:
             self.event("Warning", "PlacementFailed", message)
         # All-or-nothing: no pod is created for a gang that cannot be placed whole.
+        mine = await self.pods()
+        if mine:
+            self.event("Warning", "GangRemoved", f"removed {len(mine)} pods: the gang cannot be placed whole")
         await self.delete_pods()
         await apply_children(
             self.ctx,
@@ -315,6 +348,20 @@ class TrainingPass:
         except ValueError as exc:
             await self.unplaced("InvalidTopology", f"spec.topology.kueueTopology: {exc}")
             return None
+
+    async def hold_change(self, infeasible: Infeasible, running_nodes: int) -> None:
+        """Keep the placed gang and its plan; say that the spec change waits, and why."""
+        why = "; ".join([infeasible.reason, *infeasible.details])
+        message = (
+            f"spec change waits: the new gang ({self.spec.num_nodes} pods, {self.spec.world_size} GPUs) cannot be "
+            f"placed ({why}); the running gang ({running_nodes} pods) is kept until it can"
+        )
+        pods = await self.pods()
+        training_phase(self.outcome.draft, observe_gang(running_nodes, pods), suspended=False)
+        self.condition("Placed", "False", "ChangeWaiting", message)
+        old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
+        if old.get("message") != message:
+            self.event("Warning", "ChangeWaiting", message)
 
     async def ungate_when_whole(self, pods: list[dict[str, Any]]) -> None:
         """Remove the gang gate from every pod, but only once all of them exist."""

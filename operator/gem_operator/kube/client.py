@@ -20,6 +20,7 @@ from lightkube.generic_resource import (
     GenericGlobalStatus,
     GenericNamespacedResource,
     GenericNamespacedStatus,
+    create_global_resource,
     create_namespaced_resource,
 )
 from lightkube.types import PatchType
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 for _info in KINDS:
     create_namespaced_resource(_info.group, _info.version, _info.kind, _info.plural)
+# Kueue's Workload, kept for a GEMTraining that names a queue, and the ResourceFlavors an admission
+# names, whose node labels bound the placement (controllers/kueue.py).
+create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
+create_global_resource("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors")
 
 # Fields of a child we never patch: identity, server-managed metadata and status.
 _UNPATCHED_TOP = {"apiVersion", "kind", "status"}
@@ -123,6 +128,18 @@ class KubeApi:
     async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         obj: Any = _resource(manifest["apiVersion"], manifest["kind"])(manifest)
         return _to_dict(await self._client.create(obj))
+
+    async def create_if_served(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create; None when the server answers 404, i.e. it does not serve the kind (a CRD not installed).
+
+        For optional integrations (Kueue's Workload): the caller tells the user what is missing.
+        """
+        try:
+            return await self.create(manifest)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
 
     async def patch_merge(
         self,

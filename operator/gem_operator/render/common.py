@@ -17,8 +17,10 @@ LABEL_KIND = "gem.dev/kind"
 LABEL_INSTANCE = "gem.dev/instance"
 LABEL_ROLE = "gem.dev/role"
 ANNOTATION_SPEC_HASH = "gem.dev/spec-hash"
-# Labels copied from the custom resource to its pods, so queueing systems (Kueue) see them.
-PASSTHROUGH_LABEL_PREFIXES = ("kueue.x-k8s.io/", "scheduling.x-k8s.io/")
+# Labels copied from the custom resource to its pods (pod-group labels of gang schedulers).
+# Not Kueue's: its queue label on bare pods would have Kueue admit a gang pod by pod; a
+# GEMTraining's queue is served through one Workload for the whole gang (render/kueue.py).
+PASSTHROUGH_LABEL_PREFIXES = ("scheduling.x-k8s.io/",)
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,11 @@ def desired_replicas_from_spec(spec: RankingServiceSpec | SolarisPrecomputeSpec)
     return max(scaling.min_replicas, min(spec.replicas, scaling.max_replicas))
 
 
-def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str]) -> dict[str, Any]:
+def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str], node_cache: bool) -> dict[str, Any]:
     model = spec.model
     return loader_container(
         "model-loader",
-        spec.workload.image,
+        spec.workload.image_for(spec.gpus_per_replica),
         spec.workload.image_pull_policy,
         source=model.uri,
         dest=MODEL_DIR,
@@ -48,18 +48,25 @@ def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str]) -> dict[str, 
         manifest_uri=model.manifest_uri,
         streams=model.loader.streams,
         part_size=model.loader.part_size_mi_b * 1024 * 1024,
-        node_cache=model.loader.node_cache,
+        node_cache=node_cache,
         peers=peers if model.loader.peer_cache else (),
         credentials_secret=model.credentials_secret_ref.name if model.credentials_secret_ref else None,
     )
 
 
 def _pod_template(
-    owner: Owner, spec: ReplicaPoolSpec, role: str, app: str, main: dict[str, Any], peers: Sequence[str]
+    owner: Owner,
+    spec: ReplicaPoolSpec,
+    role: str,
+    app: str,
+    main: dict[str, Any],
+    peers: Sequence[str],
+    node_cache: bool = True,
 ) -> dict[str, Any]:
     wl = spec.workload
+    node_cache = node_cache and spec.model.loader.node_cache
     main = {
-        "image": wl.image,
+        "image": wl.image_for(spec.gpus_per_replica),
         "imagePullPolicy": wl.image_pull_policy,
         "resources": container_resources(
             wl.resources.requests.to_wire(), wl.resources.limits.to_wire(), spec.gpus_per_replica
@@ -74,10 +81,10 @@ def _pod_template(
     ]
     main["volumeMounts"] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}]
     volumes: list[dict[str, Any]] = [{"name": "model", "emptyDir": {}}]
-    if spec.model.loader.node_cache:
+    if node_cache:
         volumes.append(node_cache_volume())
     pod_spec: dict[str, Any] = {
-        "initContainers": [_loader_container(spec, peers)],
+        "initContainers": [_loader_container(spec, peers, node_cache)],
         "containers": [main],
         "volumes": volumes,
     }
@@ -107,9 +114,12 @@ def _deployment(owner: Owner, role: str, app: str, replicas: int, template: dict
 
 
 def render_ranking_service(
-    owner: Owner, spec: RankingServiceSpec, replicas: int, peers: Sequence[str] = ()
+    owner: Owner, spec: RankingServiceSpec, replicas: int, peers: Sequence[str] = (), node_cache: bool = True
 ) -> list[dict[str, Any]]:
-    """Deployment + ClusterIP Service of the ranking servers (``peers``: model-cache peer URLs)."""
+    """Deployment + ClusterIP Service of the ranking servers (``peers``: model-cache peer URLs).
+
+    ``node_cache`` False (the operator's GEM_NODE_CACHE=off) drops the hostPath whatever the spec says.
+    """
     app = "gem-ranking"
     args = [
         "-m",
@@ -133,7 +143,7 @@ def render_ranking_service(
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
     }
-    template = _pod_template(owner, spec, ROLE_SERVER, app, main, peers)
+    template = _pod_template(owner, spec, ROLE_SERVER, app, main, peers, node_cache)
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -147,7 +157,7 @@ def render_ranking_service(
 
 
 def render_precompute(
-    owner: Owner, spec: SolarisPrecomputeSpec, replicas: int, peers: Sequence[str] = ()
+    owner: Owner, spec: SolarisPrecomputeSpec, replicas: int, peers: Sequence[str] = (), node_cache: bool = True
 ) -> list[dict[str, Any]]:
     """Deployment of the Solaris precompute workers (``peers``: model-cache peer URLs)."""
     app = "gem-precompute"
@@ -183,7 +193,7 @@ def render_precompute(
     }
     if spec.store.credentials_secret_ref:
         main["envFrom"] = [{"secretRef": {"name": spec.store.credentials_secret_ref}}]
-    template = _pod_template(owner, spec, ROLE_PRECOMPUTE, app, main, peers)
+    template = _pod_template(owner, spec, ROLE_PRECOMPUTE, app, main, peers, node_cache)
     return [_deployment(owner, ROLE_PRECOMPUTE, app, replicas, template)]
 
 

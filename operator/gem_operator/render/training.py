@@ -163,6 +163,7 @@ def _pod(
     resume_from: str | None,
     embedding_group: int,
     peers: Sequence[str] = (),
+    node_cache: bool = True,
 ) -> dict[str, Any]:
     name = child_name(owner, ROLE_WORKER, node_rank)
     wl = spec.workload
@@ -189,7 +190,7 @@ def _pod(
         "containers": [
             {
                 "name": MAIN_CONTAINER,
-                "image": wl.image,
+                "image": wl.image_for(spec.nproc_per_node),
                 "imagePullPolicy": wl.image_pull_policy,
                 "command": ["torchrun"],
                 "args": args,
@@ -207,7 +208,7 @@ def _pod(
         "volumes": [{"name": "gem-config", "configMap": {"name": child_name(owner, ROLE_CONFIG)}}],
     }
     if spec.checkpoint.object_store:
-        _object_store_checkpoints(pod_spec, spec, resume_from, peers)
+        _object_store_checkpoints(pod_spec, spec, resume_from, peers, node_cache)
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     if node_name:
@@ -237,7 +238,11 @@ def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
 
 
 def _object_store_checkpoints(
-    pod_spec: dict[str, Any], spec: GEMTrainingSpec, resume_from: str | None, peers: Sequence[str]
+    pod_spec: dict[str, Any],
+    spec: GEMTrainingSpec,
+    resume_from: str | None,
+    peers: Sequence[str],
+    node_cache: bool = True,
 ) -> None:
     """Wire s3:// / gs:// checkpoints: scratch volume, credentials, and the restore init container.
 
@@ -259,17 +264,19 @@ def _object_store_checkpoints(
     pod_spec["initContainers"] = [
         loader_container(
             RESTORE_CONTAINER,
-            spec.workload.image,
+            spec.workload.image_for(spec.nproc_per_node),
             spec.workload.image_pull_policy,
             source=source,
             dest=f"{RESTORE_DIR}/{resume_from}",
             volume_mounts=[{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT}],
             manifest_uri=f"{source}/manifest.json",
             peers=peers,
+            node_cache=node_cache,
             credentials_secret=secret,
         )
     ]
-    pod_spec["volumes"].append(node_cache_volume())
+    if node_cache:
+        pod_spec["volumes"].append(node_cache_volume())
 
 
 def _without_resume(pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -299,13 +306,15 @@ def render_training(
     node_topology: Mapping[str, Mapping[str, str]] | None = None,
     embedding_sharding_group: int | None = None,
     peers: Sequence[str] = (),
+    node_cache: bool = True,
 ) -> TrainingChildren:
     """All children of a GEMTraining. ``spec.suspend`` renders the gang with no pods.
 
     With ``node_names`` (by node rank) every pod is pinned to its host and gated; the caller
     removes the gates once the whole gang exists. ``embedding_sharding_group`` is the group the
     planner aligned to the placement, used when the spec leaves it unset (else one host).
-    ``peers`` are the model-cache peer URLs the checkpoint-restore init container may read from.
+    ``peers`` are the model-cache peer URLs the checkpoint-restore init container may read from;
+    ``node_cache`` False (GEM_NODE_CACHE=off) restores without the node cache's hostPath.
     """
     embedding_group = spec.embedding_sharding_group or embedding_sharding_group or spec.nproc_per_node
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
@@ -336,6 +345,9 @@ def render_training(
     pods = (
         []
         if spec.suspend
-        else [_pod(owner, spec, i, nodes[i], resume_from, embedding_group, peers) for i in range(spec.num_nodes)]
+        else [
+            _pod(owner, spec, i, nodes[i], resume_from, embedding_group, peers, node_cache)
+            for i in range(spec.num_nodes)
+        ]
     )
     return TrainingChildren(service=service, config=config, pods=pods)

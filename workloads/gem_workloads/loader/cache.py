@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -43,6 +44,48 @@ from gem_workloads.loader.sources import Source
 
 VERIFIED_NAME = ".gem-load-verified"
 COPY_CHUNK = 64 * 1024 * 1024
+
+
+CACHE_FALLBACK_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+"""Errors that make the node cache unusable for this pod (not the pull): fall back to a direct pull.
+
+The usual cause is a hostPath the kubelet created root:root 0755 while the loader runs as a
+non-root uid; a read-only mount is the other.
+"""
+
+
+def cache_unusable(err: OSError, root: Path) -> bool:
+    """True when `err` is a permission/read-only error on a path inside the cache `root`."""
+    if err.errno not in CACHE_FALLBACK_ERRNOS:
+        return False
+    names = [n for n in (err.filename, getattr(err, "filename2", None)) if n]
+    if not names:
+        return False
+    try:
+        return any(Path(os.fsdecode(n)).resolve().is_relative_to(root.resolve()) for n in names)
+    except (OSError, ValueError):
+        return False
+
+
+def fallback_reason(err: OSError, root: Path) -> str:
+    """One line for people: what failed, and the two ways to fix it."""
+    return (
+        f"node cache {root} is not writable by uid {os.getuid()} ({err.strerror}: {err.filename}); "
+        "pulled directly instead. Give the directory to this uid (the chart's modelCache.prepareHostPath) "
+        "or turn the node cache off (model.loader.nodeCache: false)"
+    )
+
+
+def open_cache(root: Path, high_text: str, low_text: str, link: bool = False) -> NodeCache:
+    """The cache at `root` with watermarks parsed against its filesystem (OSError if unusable)."""
+    root.mkdir(parents=True, exist_ok=True)
+    fs = shutil.disk_usage(root).total
+    return NodeCache(
+        root,
+        high=parse_watermark(high_text, "--cache-high", fs),
+        low=parse_watermark(low_text, "--cache-low", fs),
+        link=link,
+    )
 
 
 def parse_watermark(text: str, argument: str, fs_bytes: int) -> int:

@@ -98,21 +98,19 @@ def _pull(args: argparse.Namespace) -> int:
         cfg.request_size = check_part_size(parse_size(args.part_size, "--part-size"))
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     cache = None
+    fallback: str | None = None
+    reporter = make_reporter(args.progress)
     if args.cache:
-        import shutil
-
-        from gem_workloads.loader.cache import NodeCache, parse_watermark
+        from gem_workloads.loader.cache import cache_unusable, fallback_reason, open_cache
 
         root = Path(args.cache)
-        root.mkdir(parents=True, exist_ok=True)
-        fs = shutil.disk_usage(root).total
-        cache = NodeCache(
-            root,
-            high=parse_watermark(args.cache_high, "--cache-high", fs),
-            low=parse_watermark(args.cache_low, "--cache-low", fs),
-            link=args.cache_link,
-        )
-    reporter = make_reporter(args.progress)
+        try:
+            cache = open_cache(root, args.cache_high, args.cache_low, args.cache_link)
+        except OSError as e:
+            if not cache_unusable(e, root):
+                raise
+            fallback = fallback_reason(e, root)
+            reporter.event("cache-fallback", reason=fallback)
     try:
         summary = asyncio.run(
             pull(
@@ -124,6 +122,7 @@ def _pull(args: argparse.Namespace) -> int:
                 peers=peers,
                 reporter=reporter,
                 verify_cache=args.verify_cache,
+                cache_fallback=fallback,
             )
         )
     except LoaderError as e:
@@ -131,14 +130,20 @@ def _pull(args: argparse.Namespace) -> int:
         raise
     finally:
         reporter.close()
+    if summary.get("cacheFallback"):
+        print(f"gem-load: warning: {summary['cacheFallback']}", file=sys.stderr)
     if args.termination_log:
         write_termination_log(Path(args.termination_log), summary)
     return 0
 
 
 def write_termination_log(path: Path, summary: dict[str, Any]) -> None:
-    """The load summary where Kubernetes reads termination messages (4 KiB at most)."""
-    keep = {k: summary[k] for k in ("seconds", "bytes", "manifestDigest") if k in summary}
+    """The load summary where Kubernetes reads termination messages (4 KiB at most).
+
+    `cacheFallback` rides along so that a pod whose node cache was unusable says so in its
+    status (the operator counts these in gem_operator_model_cache_fallback_pods).
+    """
+    keep = {k: summary[k] for k in ("seconds", "bytes", "manifestDigest", "cacheFallback") if k in summary}
     path.write_text(json.dumps(keep, separators=(",", ":"))[:4096])
 
 

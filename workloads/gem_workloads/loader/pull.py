@@ -135,8 +135,15 @@ async def pull(
     peers: list[str] | None = None,
     reporter: Reporter | None = None,
     verify_cache: str = "cheap",
+    cache_fallback: str | None = None,
 ) -> dict[str, Any]:
-    """Make `dest` hold the verified model; return the summary also written to the marker."""
+    """Make `dest` hold the verified model; return the summary also written to the marker.
+
+    A node cache this process may not write (see `cache.cache_unusable`) is not a reason to
+    fail the pod: the pull goes direct, and `cacheFallback` in the summary says why, so the
+    termination message and the operator's metric show it. `cache_fallback` is that reason when
+    the caller already found the cache unusable before the pull.
+    """
     cfg = cfg or PullConfig()
     reporter = reporter or NullReporter()
     t0 = time.monotonic()
@@ -164,11 +171,18 @@ async def pull(
         ("origin", open_source(source, cfg.streams)),
     ]
     try:
+        stats: PullStats | None = None
         if cache is not None:
-            from gem_workloads.loader.cache import pull_through_cache
+            from gem_workloads.loader.cache import cache_unusable, fallback_reason, pull_through_cache
 
-            stats = await pull_through_cache(cache, manifest, sources, dest, cfg, reporter, verify_cache)
-        else:
+            try:
+                stats = await pull_through_cache(cache, manifest, sources, dest, cfg, reporter, verify_cache)
+            except OSError as e:
+                if not cache_unusable(e, cache.root):
+                    raise
+                cache_fallback = fallback_reason(e, cache.root)
+                reporter.event("cache-fallback", reason=cache_fallback)
+        if stats is None:
             stats = await Downloader(manifest, sources, dest / STAGING_NAME, cfg, reporter).run()
     finally:
         for _, src in sources:
@@ -181,6 +195,8 @@ async def pull(
         retries=stats.retries,
         restarts=stats.restarts,
     )
+    if cache_fallback:
+        summary["cacheFallback"] = cache_fallback
     # Either way the verified files now sit in dest's staging dir (fetched, or copied from the cache).
     await asyncio.to_thread(finalize, dest / STAGING_NAME, dest, manifest, summary)
     reporter.finish(summary)

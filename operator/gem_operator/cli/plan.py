@@ -1,0 +1,173 @@
+"""`gemop plan`: what-if placement of a GEMTraining on a nodes file or a simulated fleet.
+
+Bad input gives one line naming the file and the fix (exit 2), never a traceback. The command
+says which nodes it planned on (file or simulated fleet) and warns when none of them carries a
+topology label beyond the host, since the plan then cannot tell NVLink domains or racks apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GEM_API = "gem.dev/v1alpha1"
+
+
+class PlanInputError(ValueError):
+    """A file `gemop plan` cannot use; the message names it and says what to do."""
+
+
+def _read_yaml(path: Path, what: str) -> list[Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanInputError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise PlanInputError(f"{what} {path}: not valid YAML{where}: {problem}") from None
+
+
+def _objects(path: Path, what: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for doc in _read_yaml(path, what):
+        if not isinstance(doc, dict):
+            raise PlanInputError(f"{what} {path}: expected Kubernetes objects, found a {type(doc).__name__}")
+        kind = str(doc.get("kind", ""))
+        items.extend(doc.get("items") or [] if kind.endswith("List") else [doc])
+    return [i for i in items if isinstance(i, dict)]
+
+
+def load_job(path: Path) -> dict[str, Any]:
+    docs = _read_yaml(path, "JOB")
+    if not docs:
+        raise PlanInputError(f"JOB {path}: empty file; pass a GEMTraining manifest")
+    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind", "GEMTraining") == "GEMTraining"]
+    if not jobs:
+        kinds = ", ".join(sorted({str(d.get("kind")) for d in docs if isinstance(d, dict)})) or "no objects"
+        raise PlanInputError(f"JOB {path}: no GEMTraining in it (found {kinds}); plan places GEMTraining gangs")
+    job = jobs[0]
+    body = dict(job) if "spec" in job else {"spec": job}
+    body.setdefault("apiVersion", GEM_API)
+    body.setdefault("kind", "GEMTraining")
+    body.setdefault("metadata", {"name": "what-if"})
+    return body
+
+
+def load_nodes(path: Path) -> list[dict[str, Any]]:
+    objs = _objects(path, "--nodes")
+    nodes = [o for o in objs if o.get("kind", "Node") == "Node"]
+    if not nodes:
+        kinds = ", ".join(sorted({str(o.get("kind")) for o in objs})) or "nothing"
+        raise PlanInputError(
+            f"--nodes {path}: no Node objects in it (found {kinds}); export them with `kubectl get nodes -o yaml`"
+        )
+    return nodes
+
+
+def load_pods(path: Path) -> list[dict[str, Any]]:
+    return [o for o in _objects(path, "--pods") if o.get("kind", "Pod") == "Pod"]
+
+
+def topology_warning(nodes: list[dict[str, Any]], labels: list[str]) -> str | None:
+    """A warning when no node carries any of the tiers' labels beyond the host."""
+    if not labels:
+        return None
+    found = any(label in ((n.get("metadata") or {}).get("labels") or {}) for n in nodes for label in labels)
+    if found:
+        return None
+    return (
+        f"warning: none of the {len(nodes)} nodes carries a topology label ({', '.join(labels)}): the plan cannot "
+        "tell NVLink domains, racks or blocks apart and scores every host alike; label the nodes, or set "
+        "spec.topology.tiers to the labels your nodes have"
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from gem_operator.api.kinds import GEM_TRAINING
+    from gem_operator.api.training import GEMTrainingSpec
+    from gem_operator.api.validation import InvalidSpec, parse_spec
+    from gem_operator.topology import Infeasible, cluster_view_from_objects, explain_plan, plan_gang
+    from gem_operator.topology.tiers import CONVENTIONS
+
+    try:
+        body = load_job(Path(args.job))
+        if args.nodes:
+            nodes = load_nodes(Path(args.nodes))
+            source = f"nodes from {args.nodes} ({len(nodes)} nodes)"
+        else:
+            from gem_operator.sim.fleet import FleetError, load_fleet
+
+            try:
+                nodes = [dict(n) for n in load_fleet(args.fleet)]
+            except FleetError as exc:
+                raise PlanInputError(
+                    f"--fleet {exc}; use a shipped fleet (demo, large), a Nodes YAML file, or --nodes FILE"
+                ) from None
+            source = f"simulated fleet {args.fleet!r} ({len(nodes)} nodes); pass --nodes FILE for your cluster"
+        pods = load_pods(Path(args.pods)) if args.pods else []
+    except PlanInputError as exc:
+        print(f"gemop plan: {exc}", file=sys.stderr)
+        return 2
+    try:
+        spec = parse_spec(GEM_TRAINING, body)
+    except InvalidSpec as invalid:
+        print("gemop plan: invalid GEMTraining:\n  " + "\n  ".join(invalid.problems), file=sys.stderr)
+        return 2
+    assert isinstance(spec, GEMTrainingSpec)
+    # What it planned on, on stderr, so that `--output json` stays parseable.
+    print(f"gemop plan: {source}", file=sys.stderr)
+    if spec.topology.tiers:
+        tier_labels = [t.label for t in spec.topology.tiers[1:]]
+    else:  # discovery: any known convention counts
+        tier_labels = [label for _, labels in CONVENTIONS for label in labels]
+    warning = topology_warning(nodes, tier_labels)
+    if warning:
+        print(f"gemop plan: {warning}", file=sys.stderr)
+    exclude = {n for n in (args.exclude or "").split(",") if n}
+    result = plan_gang(spec, cluster_view_from_objects(nodes, pods), exclude_nodes=exclude)
+    if args.output == "json":
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    else:
+        print(explain_plan(result))
+    return 1 if isinstance(result, Infeasible) else 0
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be served (in use, not an address here), or None; port 0 is always fine."""
+    import errno
+    import socket
+
+    if port == 0:
+        return None
+    if not 0 < port < 65536:
+        return f"--port {port}: not a TCP port (1-65535, or 0 for a free one)"
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"--port {port}: {host}:{port} is in use (another `gemop sim up`?); "
+                    "pick another, or 0 for a free one"
+                )
+            return f"--host {host} --port {port}: cannot listen there: {exc.strerror or exc}"
+    return None
+
+
+def output_problem(path: Path | str | None, flag: str) -> str | None:
+    """Why a file cannot be written at `path` (its folder is missing or not a folder), or None."""
+    if path is None:
+        return None
+    parent = Path(path).expanduser().resolve().parent
+    if not parent.is_dir():
+        return f"{flag} {path}: folder {parent} does not exist; create it or write the file elsewhere"
+    return None

@@ -1,0 +1,172 @@
+"""Kueue admission for GEMTraining, as Kueue's external job frameworks do it.
+
+With `kueue.x-k8s.io/queue-name` on a GEMTraining the operator keeps a `Workload` for its gang
+(render/kueue.py) and creates the gang's pods only while Kueue has admitted it. When Kueue
+evicts (condition `Evicted=True`: preemption, a deactivated Workload, pods not ready in time),
+the pods are removed and, once they are gone, the quota reservation is released on the
+Workload's status as Kueue expects of the job, so it can be queued again. When the gang
+finishes, the Workload is marked `Finished` so its quota is returned.
+
+Kueue itself is not needed to run the operator: without the label none of this happens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gem_operator.render.common import ANNOTATION_SPEC_HASH
+from gem_operator.render.kueue import (
+    KUEUE_API_VERSION,
+    QUEUE_LABEL,
+    KueueDecision,
+    decide,
+    flavor_node_labels,
+    queue_name,
+    render_workload,
+    workload_name,
+)
+from gem_operator.render.training import render_training
+
+if TYPE_CHECKING:
+    from gem_operator.controllers.training import TrainingPass
+
+WORKLOAD = "Workload"
+RESOURCE_FLAVOR = "ResourceFlavor"
+
+
+def _hash(obj: dict[str, Any] | None) -> str | None:
+    return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
+
+
+async def admission(tp: TrainingPass) -> KueueDecision | None:
+    """Keep the gang's Workload in step with the spec; None when the resource asks for no queue."""
+    queue = queue_name(tp.owner)
+    if queue is None:
+        return None
+    ctx, spec = tp.ctx, tp.spec
+    pod = render_training(tp.owner, spec.model_copy(update={"suspend": False})).pods[0]
+    desired = render_workload(tp.owner, spec, pod, queue)
+    name = desired["metadata"]["name"]
+    current = await ctx.kube.get(KUEUE_API_VERSION, WORKLOAD, name, ctx.namespace)
+    if current is not None and _hash(current) != _hash(desired):
+        # podSets are immutable: a new gang shape is a new Workload, admitted afresh.
+        await ctx.kube.delete(KUEUE_API_VERSION, WORKLOAD, name, ctx.namespace)
+        tp.event("Normal", "WorkloadReplaced", f"gang shape changed: Workload {name} re-created for queue {queue}")
+        return KueueDecision(False, False, "WorkloadReplaced", f"gang shape changed; waiting for Kueue ({queue})")
+    if current is None:
+        if await ctx.kube.create_if_served(desired) is None:
+            message = (
+                f"metadata.labels[{QUEUE_LABEL}] is {queue!r} but this cluster serves no {KUEUE_API_VERSION} "
+                "Workload API: install Kueue, or remove the label to run without a queue"
+            )
+            tp.condition("Admitted", "False", "KueueNotInstalled", message)
+            old_reason = next(
+                (c.get("reason") for c in tp.status.get("conditions") or [] if c.get("type") == "Admitted"), None
+            )
+            if old_reason != "KueueNotInstalled":
+                tp.event("Warning", "KueueNotInstalled", message)
+            return KueueDecision(False, False, "KueueNotInstalled", message)
+        tp.event("Normal", "WorkloadCreated", f"Workload {name} created in queue {queue}: {spec.num_nodes} pods wait")
+    elif (current.get("spec") or {}).get("active", True) != desired["spec"]["active"]:
+        await ctx.kube.patch_merge(
+            KUEUE_API_VERSION, WORKLOAD, name, ctx.namespace, {"spec": {"active": not spec.suspend}}
+        )
+    decision = decide(current, queue)
+    old: dict[str, Any] = next((c for c in tp.status.get("conditions") or [] if c.get("type") == "Admitted"), {})
+    tp.condition("Admitted", "True" if decision.admitted else "False", decision.reason, decision.message)
+    if decision.admitted and old.get("status") != "True":
+        tp.event("Normal", "Admitted", decision.message)
+    if decision.evicted and old.get("reason") != "Evicted":
+        tp.event("Warning", "Evicted", f"{decision.message}; removing the gang's pods")
+    return decision
+
+
+async def admitted_node_labels(tp: TrainingPass, decision: KueueDecision) -> dict[str, str]:
+    """Node labels of the ResourceFlavors Kueue admitted the gang to: the planner keeps to those nodes."""
+    flavors = []
+    for name in decision.flavors:
+        flavor = await tp.ctx.kube.get(KUEUE_API_VERSION, RESOURCE_FLAVOR, name, "")
+        if flavor is not None:
+            flavors.append(flavor)
+    return flavor_node_labels(flavors)
+
+
+async def hold(tp: TrainingPass, decision: KueueDecision, pods: list[dict[str, Any]]) -> None:
+    """Not admitted (or evicted): no pods; release the reservation once an evicted gang is gone."""
+    from gem_operator.controllers.reconcile import apply_children
+    from gem_operator.controllers.status import observe_gang, training_phase
+    from gem_operator.controllers.training import INFO
+
+    await apply_children(
+        tp.ctx, INFO, render_training(tp.owner, tp.spec.model_copy(update={"suspend": True})).all(), tp.outcome
+    )
+    if pods:
+        if not decision.evicted:  # an eviction has its own Event
+            tp.event("Normal", "GangRemoved", f"removed {len(pods)} pods: {decision.message}")
+        await tp.delete_pods()
+    elif decision.evicted:
+        await _release(tp)
+    tp.fields["placement"] = None
+    training_phase(tp.outcome.draft, observe_gang(tp.spec.num_nodes, []), suspended=False)
+    tp.fields["phase"] = "Queued"
+    for type_ in ("Ready", "Running", "Placed"):
+        tp.condition(type_, "False", "Queued" if not decision.evicted else "Evicted", decision.message)
+
+
+async def _release(tp: TrainingPass) -> None:
+    """The job's half of an eviction: with no pods left, clear the admission so Kueue can requeue."""
+    name = workload_name(tp.owner)
+    stamp = tp.ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "QuotaReserved",
+        "status": "False",
+        "reason": "Pending",
+        "message": "the gang's pods were removed after eviction",
+        "lastTransitionTime": stamp,
+    }
+    current = await tp.ctx.kube.get(KUEUE_API_VERSION, WORKLOAD, name, tp.ctx.namespace)
+    if current is None or not (current.get("status") or {}).get("admission"):
+        return
+    others = [
+        c
+        for c in (current.get("status") or {}).get("conditions") or []
+        if c.get("type") not in ("QuotaReserved", "Admitted")
+    ]
+    admitted = {**condition, "type": "Admitted", "reason": "NoReservation"}
+    await tp.ctx.kube.patch_merge(
+        KUEUE_API_VERSION,
+        WORKLOAD,
+        name,
+        tp.ctx.namespace,
+        {"status": {"admission": None, "conditions": [*others, condition, admitted]}},
+        status=True,
+    )
+
+
+async def finish(tp: TrainingPass, phase: str, message: str) -> None:
+    """Mark the Workload Finished (Succeeded/Failed) so Kueue returns its quota."""
+    if queue_name(tp.owner) is None:
+        return
+    name = workload_name(tp.owner)
+    current = await tp.ctx.kube.get(KUEUE_API_VERSION, WORKLOAD, name, tp.ctx.namespace)
+    if current is None:
+        return
+    conditions = (current.get("status") or {}).get("conditions") or []
+    if any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions):
+        return
+    finished = {
+        "type": "Finished",
+        "status": "True",
+        "reason": phase,
+        "message": message,
+        "lastTransitionTime": tp.ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    others = [c for c in conditions if c.get("type") != "Finished"]
+    await tp.ctx.kube.patch_merge(
+        KUEUE_API_VERSION,
+        WORKLOAD,
+        name,
+        tp.ctx.namespace,
+        {"status": {"conditions": [*others, finished]}},
+        status=True,
+    )

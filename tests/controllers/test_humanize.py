@@ -1,0 +1,24 @@
+"""Messages for people: rounded numbers, one decision per sentence."""
+
+from __future__ import annotations
+
+from gem_operator.controllers.autoscaler import scaled_event
+from gem_operator.controllers.humanize import duration, score
+
+
+def test_numbers_are_rounded_for_people() -> None:
+    assert duration(0.0123456) == "12.3 ms"
+    assert duration(4.5) == "4.5 s"
+    assert duration(0.0) == "0 s"
+    assert duration(2.5e-6) == "2.5 µs"
+    assert score(0.0123456789) == "12.3 ms of cross-tier communication per step"
+    assert score(None) == "unknown"
+
+
+def test_scaled_event_is_one_decision_per_sentence() -> None:
+    text = scaled_event(2, 4, "scaled up 2 -> 4: raised to minReplicas=4 (wanted 2); no samples for the 2 Ready pods")
+    assert text == (
+        "Scaled up from 2 to 4 replicas. Raised to minReplicas=4 (wanted 2). No samples for the 2 Ready pods."
+    )
+    down = scaled_event(5, 3, "scaled down 5 -> 3: SM active 0.21 vs target 0.60 over 5 Ready pods: 3 replicas")
+    assert down.startswith("Scaled down from 5 to 3 replicas. SM active 0.21")

@@ -1,0 +1,83 @@
+"""The gang's Kueue Workload and how Kueue's status on it is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gem_operator.api.training import GEMTrainingSpec
+from gem_operator.render.common import Owner
+from gem_operator.render.kueue import assigned_flavors, decide, flavor_node_labels, queue_name, render_workload
+from gem_operator.render.training import render_training
+
+QUEUED = Owner("gem.dev/v1alpha1", "GEMTraining", "job", "ml", "uid-1", (("kueue.x-k8s.io/queue-name", "gpu"),))
+
+
+def spec(**extra: Any) -> GEMTrainingSpec:
+    return GEMTrainingSpec.model_validate(
+        {"parallelism": {"dpShard": 4, "tp": 8}, "gpusPerNode": 8, "checkpoint": {"uri": "s3://c/job"}, **extra}
+    )
+
+
+def test_one_pod_set_describes_the_whole_gang() -> None:
+    s = spec()
+    pod = render_training(QUEUED, s).pods[0]
+    wl = render_workload(QUEUED, s, pod, "gpu")
+    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta1" and wl["kind"] == "Workload"
+    assert wl["metadata"]["name"] == "job-workload"
+    assert wl["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert wl["spec"]["queueName"] == "gpu" and wl["spec"]["active"] is True
+    (pod_set,) = wl["spec"]["podSets"]
+    assert pod_set["count"] == 4  # 32 GPUs, one pod per 8-GPU host
+    trainer = pod_set["template"]["spec"]["containers"][0]
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert "env" not in trainer  # only what Kueue accounts for
+    # A different gang shape is a different Workload (podSets are immutable in Kueue).
+    wider = spec(parallelism={"dpShard": 8, "tp": 8})
+    other = render_workload(QUEUED, wider, render_training(QUEUED, wider).pods[0], "gpu")
+    assert other["metadata"]["annotations"] != wl["metadata"]["annotations"]
+    held = render_workload(QUEUED, spec(suspend=True), pod, "gpu")
+    assert held["spec"]["active"] is False
+
+
+def test_queue_name_only_from_the_label() -> None:
+    assert queue_name(QUEUED) == "gpu"
+    assert queue_name(Owner("gem.dev/v1alpha1", "GEMTraining", "job", "ml", "uid-1")) is None
+    assert queue_name(Owner("g/v", "GEMTraining", "j", "ml", "u", (("kueue.x-k8s.io/queue-name", " "),))) is None
+
+
+def _cond(type_: str, status: str, message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": type_, "message": message}
+
+
+def test_decisions_follow_kueue_status() -> None:
+    assert not decide(None, "gpu").admitted
+    pending = decide({"status": {"conditions": [_cond("QuotaReserved", "False", "insufficient quota")]}}, "gpu")
+    assert not pending.admitted and "insufficient quota" in pending.message
+    admission = {"clusterQueue": "cq", "podSetAssignments": [{"name": "workers", "count": 4}]}
+    ok = decide({"status": {"admission": admission}}, "gpu")
+    assert ok.admitted and ok.cluster_queue == "cq"
+    checks = decide({"status": {"admission": admission, "conditions": [_cond("Admitted", "False")]}}, "gpu")
+    assert not checks.admitted  # quota reserved, admission checks still pending
+    evicted = decide(
+        {
+            "status": {
+                "admission": admission,
+                "conditions": [_cond("Admitted", "True"), _cond("Evicted", "True", "Preempted")],
+            }
+        },
+        "gpu",
+    )
+    assert evicted.evicted and not evicted.admitted and "Preempted" in evicted.message
+
+
+def test_admitted_flavors_and_their_node_labels() -> None:
+    admission = {
+        "clusterQueue": "cq",
+        "podSetAssignments": [
+            {"name": "workers", "flavors": {"nvidia.com/gpu": "h100-rack1", "cpu": "default", "memory": "default"}},
+            {"name": "other", "flavors": {"cpu": "spot"}},
+        ],
+    }
+    assert assigned_flavors(admission) == ("h100-rack1", "default")
+    flavors = [{"spec": {"nodeLabels": {"gem.dev/rack": "rack-1"}}}, {"spec": {}}]
+    assert flavor_node_labels(flavors) == {"gem.dev/rack": "rack-1"}
