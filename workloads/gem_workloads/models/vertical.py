@@ -189,7 +189,9 @@ class VerticalModel(nn.Module):
         logits: Tensor = self.top(self.embed_candidates(user_state, candidates, user_index, solaris, tier))
         return logits
 
-    def score(self, user: UserFeatures, candidates: CandidateFeatures, side: TransferInputs, user_index: Tensor | None = None) -> Tensor:
+    def score(
+        self, user: UserFeatures, candidates: CandidateFeatures, side: TransferInputs, user_index: Tensor | None = None
+    ) -> Tensor:
         """Encode the users once and score their candidates with the side inputs."""
         state = self.encode_user(user, side.memory, side.memory_mask)
         return self.score_candidates(state, candidates, user_index, side.solaris, side.tier)

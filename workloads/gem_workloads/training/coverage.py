@@ -60,9 +60,7 @@ def tier_sources(
     return TierSources(refs, group_refs, similar[:, 0])
 
 
-def assign_tiers(
-    sources: TierSources, exact_rate: float, fallback_rate: float, rng: np.random.Generator
-) -> IntArray:
+def assign_tiers(sources: TierSources, exact_rate: float, fallback_rate: float, rng: np.random.Generator) -> IntArray:
     """A tier per example: exact at ``exact_rate``; otherwise, at ``fallback_rate``, the first
     fallback tier that has an embedding, else ``none``."""
     if not 0.0 <= exact_rate <= 1.0 or not 0.0 <= fallback_rate <= 1.0:

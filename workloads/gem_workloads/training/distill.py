@@ -138,7 +138,7 @@ def fit(
             batch, soft = feed.batch(sel, None if tiers is None else tiers[sel])
             loss = kd_loss(model(batch), batch.labels, batch.label_mask, soft, cfg.kd_weight)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            torch.autograd.backward(loss)
             opt.step()
             total, steps = total + float(loss.detach()), steps + 1
         losses.append(total / max(steps, 1))

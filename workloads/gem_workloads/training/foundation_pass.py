@@ -97,7 +97,9 @@ class FoundationPass:
             return cls(str(info["foundationVersion"]), **cols, soft=np.load(d / "soft_labels.npy"),
                        loopfm=np.load(d / "loopfm.npy"), solaris=np.load(d / "solaris.npy"))  # fmt: skip
         except (OSError, KeyError, ValueError) as exc:
-            raise ValueError(f"{d}: not a foundation pass output ({exc}); run gem_workloads.training.foundation_pass") from exc
+            raise ValueError(
+                f"{d}: not a foundation pass output ({exc}); run gem_workloads.training.foundation_pass"
+            ) from exc
 
 
 @torch.inference_mode()
@@ -137,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..models.model_dir import ModelDirError, load_model_dir
     from ..transfer.datasets import load_dataset
 
-    p = argparse.ArgumentParser(prog="python -m gem_workloads.training.foundation_pass", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m gem_workloads.training.foundation_pass", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--model", required=True, help="the foundation model's directory (role foundation)")
     p.add_argument("--data", choices=["synthetic", "movielens"], default="synthetic")
     p.add_argument("--seed", type=int, default=0, help="synthetic data seed")
@@ -150,7 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --model: {exc}", file=sys.stderr)
         return 2
     if loaded.role != "foundation" or not isinstance(loaded.model, KunlunModel):
-        print(f"error: --model: {args.model} is a {loaded.role} model ({loaded.kind}); give a foundation model", file=sys.stderr)
+        print(
+            f"error: --model: {args.model} is a {loaded.role} model ({loaded.kind}); give a foundation model",
+            file=sys.stderr,
+        )
         return 2
     data = load_dataset(args.data, args.seed)
     out = run_pass(loaded.model, data, data.examples, loaded.version, args.batch_size)

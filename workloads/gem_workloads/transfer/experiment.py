@@ -89,7 +89,11 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
     torch.manual_seed(cfg.seed)
     foundation = build_model("kunlun", fcfg, schema)
     assert isinstance(foundation, KunlunModel)
-    fit(foundation, ExampleFeed(data, split.train, schema, fcfg.seq_len), fit_cfg(cfg.foundation_epochs, cfg.foundation_lr))
+    fit(
+        foundation,
+        ExampleFeed(data, split.train, schema, fcfg.seq_len),
+        fit_cfg(cfg.foundation_epochs, cfg.foundation_lr),
+    )
     f_aucs = task_aucs(*predict(foundation, ExampleFeed(data, split.eval, schema, fcfg.seq_len)), tasks)
     log(f"foundation: {f_aucs} ({time.perf_counter() - t0:.0f}s)")
 
