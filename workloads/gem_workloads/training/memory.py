@@ -35,8 +35,9 @@ class HistoricalMemory:
         self._key = self._keys(self.user, self.time)
 
     def _keys(self, user: IntArray, time: FloatArray) -> FloatArray:
-        # user + a fraction in [0, 0.5): one sorted key orders by (user, time).
-        frac = np.clip((time - self._t0) / self._span, -0.49, 0.99) * 0.5
+        # user + a fraction: stored times map into [0, 0.5), so one sorted key orders by (user, time);
+        # a query time outside the stored range maps below / above all of that user's entries.
+        frac = np.clip((time - self._t0) / self._span * 0.5, -0.4, 0.9)
         out: FloatArray = user.astype(np.float64) + frac
         return out
 
