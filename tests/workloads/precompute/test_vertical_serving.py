@@ -197,3 +197,12 @@ async def test_unreachable_store_scores_with_tier_none(vertical: LoadedModel) ->
         assert _metric(await (await c.get("/metrics")).text(), "gem_embedding_store_errors_total") == 1.0
     finally:
         await c.close()
+
+
+def test_precompute_refuses_a_model_of_another_foundation_version(tmp_path: Any, foundation: LoadedModel) -> None:
+    from gem_workloads.models.model_dir import save_model_dir
+    from gem_workloads.precompute.__main__ import main as precompute_main
+
+    d = save_model_dir(tmp_path / "f", foundation.model, "kunlun", foundation.config, foundation.schema, "found-2")
+    common = ["--model", str(d), "--store", "redis://127.0.0.1:1/0", "--source", "redis://127.0.0.1:1/0"]
+    assert precompute_main([*common, "--foundation-version", "found-1"]) == 2

@@ -16,6 +16,7 @@ fails the request. Other models only report, per tier, how many candidates had o
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter as Tally
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,8 @@ from ..models.model_dir import LoadedModel
 from ..models.vertical import TIER_INDEX, VerticalModel
 from ..precompute.store import EmbeddingReader, Keys, check_tiers
 from .side_inputs import SideInputs
+
+log = logging.getLogger("gem_workloads.serving")
 
 
 class PrecomputedLookups:
@@ -54,7 +57,15 @@ class PrecomputedLookups:
     def bind(self, model_version: str, registry: CollectorRegistry, loaded: LoadedModel | None = None) -> None:
         """Called once the model is loaded: embeddings are keyed by the model version (a vertical
         model's: the version of the foundation model it was trained against)."""
-        version = self.version or (loaded.foundation_version if loaded is not None else None) or model_version
+        # A vertical model reads the embeddings of the foundation version it was trained against; when the
+        # store is configured for another version (--store-version), the reader finds that version's
+        # writes only, refuses and counts (see EmbeddingReader.version_live).
+        trained_on = loaded.foundation_version if loaded is not None else None
+        if trained_on and self.version and trained_on != self.version:
+            log.warning(
+                "model trained against foundation %s, store serves %s: lookups refused", trained_on, self.version
+            )
+        version = trained_on or self.version or model_version
         model = loaded.model if loaded is not None else None
         self.vertical = model if isinstance(model, VerticalModel) else None
         width = self.vertical.config.solaris_width or None if self.vertical is not None else None

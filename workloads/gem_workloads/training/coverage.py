@@ -15,6 +15,13 @@ Training draws, per example, whether the exact embedding is present (at ``exact_
 not, whether the fallback tiers are consulted (``fallback_rate``) or the lookup is dropped, so
 the model learns to use each tier; evaluation fixes the exact rate (coverage) and either falls
 back or drops.
+
+No label leaks through the exact tier: in production the exact embedding of an impression is
+computed before it happens, by a foundation model that never trained on it. A foundation model's
+embedding of one of its own training examples encodes that example's label (memorisation), so
+training offers the exact tier only on examples the foundation model did not train on
+(``exact_allowed``); every fallback tier reads embeddings of *earlier* examples, whose labels are
+the user's past and equally visible at evaluation time.
 """
 
 from __future__ import annotations
@@ -60,13 +67,21 @@ def tier_sources(
     return TierSources(refs, group_refs, similar[:, 0])
 
 
-def assign_tiers(sources: TierSources, exact_rate: float, fallback_rate: float, rng: np.random.Generator) -> IntArray:
-    """A tier per example: exact at ``exact_rate``; otherwise, at ``fallback_rate``, the first
-    fallback tier that has an embedding, else ``none``."""
+def assign_tiers(
+    sources: TierSources,
+    exact_rate: float,
+    fallback_rate: float,
+    rng: np.random.Generator,
+    exact_allowed: npt.NDArray[np.bool_] | None = None,
+) -> IntArray:
+    """A tier per example: exact at ``exact_rate`` (only where ``exact_allowed``); otherwise, at
+    ``fallback_rate``, the first fallback tier that has an embedding, else ``none``."""
     if not 0.0 <= exact_rate <= 1.0 or not 0.0 <= fallback_rate <= 1.0:
         raise ValueError(f"exact_rate and fallback_rate must be in [0, 1], got {exact_rate}, {fallback_rate}")
     n = len(sources.exact)
     exact = rng.random(n) < exact_rate
+    if exact_allowed is not None:
+        exact &= exact_allowed
     fallback = rng.random(n) < fallback_rate
     has_group = (sources.group >= 0).any(1)
     has_similar = sources.similar >= 0

@@ -78,9 +78,12 @@ class ExampleFeed:
         memory_len: int = 0,
         solaris: bool = False,
         sources: TierSources | None = None,
+        exact_allowed: npt.NDArray[np.bool_] | None = None,
     ) -> None:
+        """``exact_allowed`` (per row): where the exact tier may be simulated (see :mod:`.coverage`)."""
         self.data, self.rows, self.schema, self.seq_len = data, rows, schema, seq_len
         self.teacher, self.memory_len, self.solaris = teacher, memory_len, solaris
+        self.exact_allowed = exact_allowed
         if (memory_len or solaris) and teacher is None:
             raise ValueError("LoopFM memory and Solaris inputs come from a foundation pass: give teacher")
         self.pos = teacher.positions(rows) if teacher is not None else None
@@ -117,7 +120,7 @@ class ExampleFeed:
     def tiers(self, exact_rate: float, fallback_rate: float, rng: np.random.Generator) -> IntArray | None:
         if not self.solaris or self.sources is None:
             return None
-        return assign_tiers(self.sources, exact_rate, fallback_rate, rng)
+        return assign_tiers(self.sources, exact_rate, fallback_rate, rng, self.exact_allowed)
 
 
 def fit(

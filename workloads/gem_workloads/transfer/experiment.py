@@ -3,7 +3,10 @@
 Steps (one process, CPU-sized):
 
 1. Split the examples in time (:func:`~gem_workloads.data.timeline.time_split`).
-2. Train the foundation model (Kunlun-style, long history, multi-task) on the earlier examples.
+2. Train the foundation model (Kunlun-style, long history, multi-task) on the first
+   ``foundation_fraction`` of the training examples (in time): the later training examples are
+   ones it never saw, so their exact Solaris embeddings carry no memorised label, as in
+   production, where the exact embedding is computed before the impression happens.
 3. One foundation pass over *all* examples (soft labels, LoopFM representations, Solaris
    embeddings: inference only, no label is read), as the batch job and the precompute workers
    would produce them in production; evaluation examples only ever see memory and fallback
@@ -56,6 +59,7 @@ class EvalConfig:
     kd_weight: float = 0.5
     memory_len: int = 16
     eval_fraction: float = 0.2
+    foundation_fraction: float = 0.5
     coverages: tuple[float, ...] = COVERAGES
     synthetic: TimelineConfig = field(default_factory=TimelineConfig)
     foundation_overrides: dict[str, Any] = field(default_factory=dict)
@@ -89,9 +93,11 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
     torch.manual_seed(cfg.seed)
     foundation = build_model("kunlun", fcfg, schema)
     assert isinstance(foundation, KunlunModel)
+    train_times = data.ev_time[split.train]
+    seen = train_times < np.quantile(train_times, cfg.foundation_fraction)  # the foundation model's examples
     fit(
         foundation,
-        ExampleFeed(data, split.train, schema, fcfg.seq_len),
+        ExampleFeed(data, split.train[seen], schema, fcfg.seq_len),
         fit_cfg(cfg.foundation_epochs, cfg.foundation_lr),
     )
     f_aucs = task_aucs(*predict(foundation, ExampleFeed(data, split.eval, schema, fcfg.seq_len)), tasks)
@@ -121,12 +127,14 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
         torch.manual_seed(cfg.seed)
         model = build_model("vertical", vcfg, schema)
 
-        def feed(rows: np.ndarray, vcfg: ModelConfig = vcfg, kd: float = kd) -> ExampleFeed:
+        def feed(
+            rows: np.ndarray, allowed: np.ndarray | None = None, vcfg: ModelConfig = vcfg, kd: float = kd
+        ) -> ExampleFeed:
             uses = kd > 0 or vcfg.memory_len > 0 or vcfg.solaris_width > 0
             return ExampleFeed(data, rows, schema, vcfg.seq_len, fpass if uses else None, vcfg.memory_len,
-                               vcfg.solaris_width > 0, sources)  # fmt: skip
+                               vcfg.solaris_width > 0, sources, allowed)  # fmt: skip
 
-        fit(model, feed(split.train), fit_cfg(cfg.vertical_epochs, cfg.vertical_lr, kd))
+        fit(model, feed(split.train, ~seen), fit_cfg(cfg.vertical_epochs, cfg.vertical_lr, kd))
         eval_feed = feed(split.eval)
         if name != SOLARIS:
             variants[name] = task_aucs(*predict(model, eval_feed), tasks)
@@ -150,7 +158,7 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
     return {
         "data": cfg.data,
         "seed": cfg.seed,
-        "examples": {"train": len(split.train), "eval": len(split.eval)},
+        "examples": {"train": len(split.train), "foundation_train": int(seen.sum()), "eval": len(split.eval)},
         "foundation": f_aucs,
         "variants": variants,
         "mean_auc": {"foundation": round(f_mean, 5), **{k: round(mean_auc(v), 5) for k, v in variants.items()}},
