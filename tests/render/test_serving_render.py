@@ -119,12 +119,12 @@ def test_ranker_is_wired_to_its_precompute_pool_store_and_foundation_version() -
 
 
 def test_foundation_version_must_be_a_name() -> None:
-    with pytest.raises(ValueError, match="foundation_version|foundationVersion"):
+    with pytest.raises(ValueError, match=r"foundation_?[vV]ersion"):
         SolarisPrecomputeSpec.model_validate(
             {
                 "model": {"uri": "s3://m/f"},
                 "store": {"url": "redis://s"},
                 "source": {"url": "redis://s"},
                 "foundationVersion": "bad version!",
-            }  # fmt: skip
+            }
         )

@@ -89,12 +89,14 @@ class TimelineConfig:
         DomainSpec("search", 0.3, 0.5),
         DomainSpec("video", 0.1, -0.5),
     )
-    num_users: int = 2_000
+    num_users: int = 4_000
     num_items: int = 1_000
     num_clusters: int = 16
     num_tags: int = 64
     organic_per_user: int = 48  # views drawn from the preference, over times [-1, 1)
-    impressions_per_user: int = 24  # labelled examples, over times [0, 1)
+    # Labelled examples, over times [0, 1): few per user, so a ranker cannot learn a user's taste from
+    # the user's id alone; the long organic history is where it shows.
+    impressions_per_user: int = 12
     signal: float = 4.0
     seed: int = 0
 

@@ -80,13 +80,13 @@ class SolarisInput(nn.Module):
 
     def __init__(self, width: int, dim: int) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(width)
         self.proj = nn.Linear(width, dim)
+        self.norm = nn.LayerNorm(dim)  # after the projection: no [N, width] intermediates per request
         self.tier = nn.Embedding(len(TIERS), dim)
         self.none = nn.Parameter(torch.zeros(dim))
 
     def forward(self, embedding: Tensor, tier: Tensor) -> Tensor:
-        vec = self.proj(self.norm(embedding))
+        vec = self.norm(self.proj(embedding))
         vec = torch.where((tier == NONE_TIER_INDEX)[:, None], self.none.expand_as(vec), vec)
         out: Tensor = (vec + self.tier(tier))[:, None, :]
         return out

@@ -51,15 +51,15 @@ class EvalConfig:
     seed: int = 0
     foundation_preset: str = "foundation"
     vertical_preset: str = "vertical"
-    foundation_epochs: int = 3
+    foundation_epochs: int = 4
     vertical_epochs: int = 3
     batch_size: int = 256
-    foundation_lr: float = 2e-3
+    foundation_lr: float = 4e-3
     vertical_lr: float = 3e-3
-    kd_weight: float = 0.5
+    kd_weight: float = 0.2
     memory_len: int = 16
     eval_fraction: float = 0.2
-    foundation_fraction: float = 0.5
+    foundation_fraction: float = 0.7
     coverages: tuple[float, ...] = COVERAGES
     synthetic: TimelineConfig = field(default_factory=TimelineConfig)
     foundation_overrides: dict[str, Any] = field(default_factory=dict)
