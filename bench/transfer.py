@@ -46,7 +46,7 @@ def spread(values: list[float]) -> tuple[float, float]:
     return float(np.mean(values)), float(statistics.stdev(values)) if len(values) > 1 else 0.0
 
 
-def transfer(datasets: list[str], seeds: list[int]) -> dict[str, Any]:
+def transfer(datasets: list[str], seeds: list[int], out_dir: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for data in datasets:
         runs = []
@@ -55,15 +55,22 @@ def transfer(datasets: list[str], seeds: list[int]) -> dict[str, Any]:
             cfg = EvalConfig(data=data, seed=seed, **MOVIELENS if data == "movielens" else {})
             result = run(cfg, log=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
             print(f"{data} seed {seed}: {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+            if out_dir is not None:  # one file per run: runs of one bench may go in parallel processes
+                (out_dir / f"transfer-{data}-seed{seed}.json").write_text(json.dumps(result, indent=1))
             runs.append(result)
-        summary: dict[str, Any] = {"runs": runs, "mean_auc": {}, "gap_closed": {}}
-        for name in ["foundation", *VARIANTS]:
-            summary["mean_auc"][name] = spread([r["mean_auc"][name] for r in runs])
-        for name in VARIANTS:
-            summary["gap_closed"][name] = spread([r["gap_closed"][name] for r in runs])
-        summary["loopfm_transfer_ratio"] = spread([r["loopfm_transfer_ratio"] for r in runs])
-        out[data] = summary
+        out[data] = summarise(runs)
     return out
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and spread over seeds of one dataset's runs."""
+    summary: dict[str, Any] = {"runs": runs, "mean_auc": {}, "gap_closed": {}}
+    for name in ["foundation", *VARIANTS]:
+        summary["mean_auc"][name] = spread([r["mean_auc"][name] for r in runs])
+    for name in VARIANTS:
+        summary["gap_closed"][name] = spread([r["gap_closed"][name] for r in runs])
+    summary["loopfm_transfer_ratio"] = spread([r["loopfm_transfer_ratio"] for r in runs])
+    return summary
 
 
 def targets(summary: dict[str, Any]) -> dict[str, Any]:
@@ -171,11 +178,27 @@ def main() -> int:
     p.add_argument("--data", nargs="+", default=["synthetic", "movielens"], choices=["synthetic", "movielens"])
     p.add_argument("--serving-reps", type=int, default=400)
     p.add_argument("--skip-transfer", action="store_true")
+    p.add_argument("--skip-serving", action="store_true")
+    p.add_argument("--runs-dir", type=Path, default=None, help="also write each run's JSON here")
+    p.add_argument(
+        "--merge", type=Path, nargs="+", default=None, help="summarise run files (from --runs-dir) instead of running"
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for training")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
     seeds, datasets = ([0], ["synthetic"]) if args.quick else (args.seeds, args.data)
-    result: dict[str, Any] = {"transfer": {} if args.skip_transfer else transfer(datasets, seeds)}
-    result["serving"] = serving(100 if args.quick else args.serving_reps)
+    result: dict[str, Any] = {"transfer": {}}
+    if args.merge:
+        runs = [json.loads(f.read_text()) for f in args.merge]
+        for data in sorted({r["data"] for r in runs}):
+            result["transfer"][data] = summarise([r for r in runs if r["data"] == data])
+    elif not args.skip_transfer:
+        result["transfer"] = transfer(datasets, seeds, args.runs_dir)
+    if not args.skip_serving:
+        result["serving"] = serving(100 if args.quick else args.serving_reps)
     if "synthetic" in result["transfer"]:
         result["targets"] = targets(result["transfer"]["synthetic"])
     print_table(result)

@@ -230,3 +230,31 @@ def test_transfer_eval_end_to_end_on_tiny_sizes() -> None:
     text = table(result)
     assert "LoopFM transfer ratio" in text and "kd+loopfm+solaris@70%-drop" in text
     json.dumps(result)
+
+
+def test_vertical_training_cli_records_its_foundation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gem_workloads.training.vertical import main as vertical_main
+
+    data = load_dataset("synthetic", 0, TimelineConfig(num_users=60))
+    torch.manual_seed(0)
+    teacher = build_model("kunlun", get_preset("tiny"), cap_schema(data.schema, 2000))
+    t_dir = save_model_dir(tmp_path / "t", teacher, "kunlun", get_preset("tiny"), teacher.schema, "found-3")
+    out = tmp_path / "v"
+    common = ["--users", "60", "--epochs", "1", "--output", str(out)]
+    assert (
+        vertical_main(["--teacher", str(t_dir), "--kd-weight", "0.3", "--memory-len", "4", "--solaris", *common]) == 0
+    )
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    loaded = load_model_dir(out)
+    assert (
+        (loaded.role, loaded.foundation_version)
+        == ("vertical", "found-3")
+        == ("vertical", printed["foundationVersion"])
+    )
+    assert (loaded.config.memory_len, loaded.config.solaris_width) == (4, teacher.embedding_size)
+    assert (out / "teacher-pass" / "pass.json").exists()
+    # The pass is reusable; a vertical model is no teacher; KD weights outside [0, 1] are refused.
+    again = ["--teacher", str(t_dir), "--teacher-pass", str(out / "teacher-pass"), *common[:-1], str(tmp_path / "v2")]
+    assert vertical_main(again) == 0
+    assert vertical_main(["--teacher", str(out), *common]) == 2
+    assert vertical_main(["--teacher", str(t_dir), "--kd-weight", "2", *common]) == 2
