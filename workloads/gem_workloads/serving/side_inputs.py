@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +21,11 @@ import torch
 from ..models.vertical import NONE_TIER_INDEX, TransferInputs, VerticalModel
 
 F32 = npt.NDArray[np.float32]
+
+
+def _join(parts: Sequence[npt.NDArray[Any]]) -> torch.Tensor:
+    """One tensor over the parts, without a copy for a batch of one request (the common case)."""
+    return torch.from_numpy(np.ascontiguousarray(parts[0]) if len(parts) == 1 else np.concatenate(parts))
 
 
 @dataclass
@@ -44,10 +50,10 @@ def batch_side_inputs(
                 mem, mask = np.zeros((cfg.memory_len, cfg.memory_width), np.float32), np.zeros(cfg.memory_len, bool)
             else:
                 mem, mask = side.memory, side.memory_mask
-            mems.append(np.repeat(mem[None], reps, axis=0))
-            masks.append(np.repeat(mask[None], reps, axis=0))
-        out.memory = torch.from_numpy(np.concatenate(mems)).to(device)
-        out.memory_mask = torch.from_numpy(np.concatenate(masks)).to(device)
+            mems.append(mem[None] if reps == 1 else np.repeat(mem[None], reps, axis=0))
+            masks.append(mask[None] if reps == 1 else np.repeat(mask[None], reps, axis=0))
+        out.memory = _join(mems).to(device)
+        out.memory_mask = _join(masks).to(device)
     if model.takes_solaris:
         embs, tiers = [], []
         for side, n in zip(sides, counts, strict=True):
@@ -57,6 +63,6 @@ def batch_side_inputs(
             else:
                 embs.append(side.solaris)
                 tiers.append(side.tier)
-        out.solaris = torch.from_numpy(np.concatenate(embs)).to(device)
-        out.tier = torch.from_numpy(np.concatenate(tiers)).to(device)
+        out.solaris = _join(embs).to(device)
+        out.tier = _join(tiers).to(device)
     return out
