@@ -23,7 +23,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--data", choices=DATASETS, default="synthetic")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--output", choices=["table", "json"], default="table")
-    e.add_argument("--foundation-epochs", type=int, default=4)
+    e.add_argument(
+        "--foundation-epochs", type=int, default=None, help="default 4 (synthetic), 2 (movielens: 5x the examples)"
+    )
     e.add_argument("--vertical-epochs", type=int, default=3)
     e.add_argument("--kd-weight", type=float, default=0.2, help="weight of the soft labels in [0, 1]")
     e.add_argument("--memory-len", type=int, default=16, help="LoopFM representations per user (K)")
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.kd_weight <= 1.0:
         print(f"error: --kd-weight must be in [0, 1], got {args.kd_weight}", file=sys.stderr)
         return 2
+    if args.foundation_epochs is None:
+        args.foundation_epochs = 2 if args.data == "movielens" else 4
     for name in ("foundation_epochs", "vertical_epochs", "memory_len"):
         if getattr(args, name) < 1:
             print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
