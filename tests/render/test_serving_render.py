@@ -95,3 +95,48 @@ def test_loader_tries_peers_when_the_cache_daemonset_is_there() -> None:
     assert "--peers" not in deploy["spec"]["template"]["spec"]["initContainers"][0]["args"]
     deploy, _ = render_ranking_service(OWNER, ranking(), 1)
     assert "--peers" not in deploy["spec"]["template"]["spec"]["initContainers"][0]["args"]
+
+
+def test_ranker_is_wired_to_its_precompute_pool_store_and_foundation_version() -> None:
+    pool = SolarisPrecomputeSpec.model_validate(
+        {
+            "model": {"uri": "s3://m/foundation-v7"},
+            "store": {"url": "redis://store:6379/1", "keyPrefix": "ads", "credentialsSecretRef": "redis-pass"},
+            "source": {"url": "redis://stream:6379/0", "stream": "cands"},
+            "fallback": {"tiers": ["exact", "similarUser"]},
+            "foundationVersion": "foundation-v7",
+        }
+    )
+    owner = Owner("gem.dev/v1alpha1", "SolarisPrecompute", "pre", "prod", "u-3")
+    (pre,) = render_precompute(owner, pool, 1)
+    pre_args = pre["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert pre_args[pre_args.index("--foundation-version") + 1] == "foundation-v7"
+    deploy, _ = render_ranking_service(OWNER, ranking(precomputeRef="pre"), 1, precompute=pool)
+    main = deploy["spec"]["template"]["spec"]["containers"][0]
+    args = main["args"]
+
+    def arg(flag: str) -> str:
+        return str(args[args.index(flag) + 1])
+
+    # Both sides name the same store, prefix, tiers and version; the ranker publishes to the pool's stream.
+    assert arg("--embedding-store") == pool.store.url == pre_args[pre_args.index("--store") + 1]
+    assert arg("--store-key-prefix") == "ads" == pre_args[pre_args.index("--key-prefix") + 1]
+    assert arg("--fallback") == "exact,similarUser" == pre_args[pre_args.index("--fallback") + 1]
+    assert arg("--store-version") == "foundation-v7"
+    assert (arg("--publish-url"), arg("--publish-stream")) == ("redis://stream:6379/0", "cands")
+    assert main["envFrom"] == [{"secretRef": {"name": "redis-pass"}}]
+    # Without the pool (unset or not found) the ranker serves without a store.
+    alone, _ = render_ranking_service(OWNER, ranking(precomputeRef="pre"), 1)
+    assert "--embedding-store" not in alone["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_foundation_version_must_be_a_name() -> None:
+    with pytest.raises(ValueError, match=r"foundation_?[vV]ersion"):
+        SolarisPrecomputeSpec.model_validate(
+            {
+                "model": {"uri": "s3://m/f"},
+                "store": {"url": "redis://s"},
+                "source": {"url": "redis://s"},
+                "foundationVersion": "bad version!",
+            }
+        )

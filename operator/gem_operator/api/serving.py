@@ -39,7 +39,12 @@ class RankingServiceSpec(ReplicaPoolSpec):
     slo: SloSpec = Field(default_factory=SloSpec, description="Latency objective.")
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="SM-utilisation scaling.")
     precompute_ref: str | None = Field(
-        default=None, description="SolarisPrecompute whose embeddings the ranker looks up."
+        default=None,
+        description=(
+            "SolarisPrecompute (same namespace) whose embeddings the ranker looks up and feeds its model: the "
+            "operator points the ranker at that pool's store, key prefix, fallback tiers and foundation version, "
+            "and publishes the ranker's candidate sets to the pool's stream."
+        ),
     )
 
     @model_validator(mode="after")
@@ -116,6 +121,15 @@ class SolarisPrecomputeSpec(ReplicaPoolSpec):
     source: CandidateSource = Field(description="Where candidate sets arrive.")
     fallback: FallbackSpec = Field(default_factory=FallbackSpec, description="Read-path degradation.")
     batch_size: int = Field(default=256, ge=1, le=65536, description="Pairs per embedding batch.")
+    foundation_version: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+        description=(
+            "Version of the foundation model this pool serves (its model directory's version). Workers refuse a "
+            "model of another version; the embedding store is keyed by it, and RankingServices that reference "
+            "this pool read it (a vertical model trained against another foundation version reads nothing)."
+        ),
+    )
     autoscaling: PrecomputeAutoscalingSpec = Field(
         default_factory=PrecomputeAutoscalingSpec, description="Scaling on SM utilisation and backlog."
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
+from pydantic import ValidationError
 
 from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
@@ -63,13 +64,32 @@ async def _pool_pass(
         current = int((deployment.get("spec") or {}).get("replicas") or 0)
         replicas = await autoscale(ctx, info.kind, spec, pods, current, outcome)
     if isinstance(spec, RankingServiceSpec):
-        manifests = render_ranking_service(owner, spec, replicas, MODEL_PEERS, NODE_CACHE)
+        precompute = await _referenced_precompute(ctx, spec)
+        manifests = render_ranking_service(
+            owner, spec, replicas, MODEL_PEERS, node_cache=NODE_CACHE, precompute=precompute
+        )
     else:
         manifests = render_precompute(owner, spec, replicas, MODEL_PEERS, NODE_CACHE)
     await apply_children(ctx, info, manifests, outcome)
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     outcome.draft.fields["selector"] = pool_selector(owner, role)
     pool_phase(outcome.draft, replicas, deployment, not_ready_summary(pods))
+
+
+async def _referenced_precompute(ctx: PassContext, spec: RankingServiceSpec) -> SolarisPrecomputeSpec | None:
+    """The spec of ``spec.precomputeRef`` (same namespace); ``None`` when unset, absent or invalid
+    (the ranker then serves without precomputed embeddings, which it tolerates)."""
+    if not spec.precompute_ref:
+        return None
+    body = await ctx.kube.get(
+        SOLARIS_PRECOMPUTE.api_version, SOLARIS_PRECOMPUTE.kind, spec.precompute_ref, ctx.namespace
+    )
+    if body is None:
+        return None
+    try:
+        return SolarisPrecomputeSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
 
 
 async def ranking_pass(ctx: PassContext, spec: RankingServiceSpec, outcome: Outcome) -> None:

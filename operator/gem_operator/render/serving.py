@@ -113,10 +113,36 @@ def _deployment(owner: Owner, role: str, app: str, replicas: int, template: dict
     }
 
 
+def precompute_wiring(precompute: SolarisPrecomputeSpec) -> list[str]:
+    """Ranker arguments that connect it to a SolarisPrecompute pool: the same store, key prefix,
+    fallback tiers and foundation version as the pool's workers, and the pool's candidate stream."""
+    args = [
+        "--embedding-store",
+        precompute.store.url,
+        "--store-key-prefix",
+        precompute.store.key_prefix,
+        "--fallback",
+        ",".join(precompute.fallback.tiers),
+        "--publish-url",
+        precompute.source.url,
+        "--publish-stream",
+        precompute.source.stream,
+    ]
+    if precompute.foundation_version:
+        args += ["--store-version", precompute.foundation_version]
+    return args
+
+
 def render_ranking_service(
-    owner: Owner, spec: RankingServiceSpec, replicas: int, peers: Sequence[str] = (), node_cache: bool = True
+    owner: Owner,
+    spec: RankingServiceSpec,
+    replicas: int,
+    peers: Sequence[str] = (),
+    node_cache: bool = True,
+    precompute: SolarisPrecomputeSpec | None = None,
 ) -> list[dict[str, Any]]:
-    """Deployment + ClusterIP Service of the ranking servers (``peers``: model-cache peer URLs).
+    """Deployment + ClusterIP Service of the ranking servers (``peers``: model-cache peer URLs;
+    ``precompute``: the spec of ``spec.precomputeRef``, when it exists).
 
     ``node_cache`` False (the operator's GEM_NODE_CACHE=off) drops the hostPath whatever the spec says.
     """
@@ -132,9 +158,10 @@ def render_ranking_service(
         str(spec.max_batch_size),
         "--max-candidates",
         str(spec.max_candidates),
+        *(precompute_wiring(precompute) if precompute is not None else []),
         *spec.workload.args,
     ]
-    main = {
+    main: dict[str, Any] = {
         "name": "ranker",
         "command": ["python"],
         "args": args,
@@ -143,6 +170,8 @@ def render_ranking_service(
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
     }
+    if precompute is not None and precompute.store.credentials_secret_ref:
+        main["envFrom"] = [{"secretRef": {"name": precompute.store.credentials_secret_ref}}]
     template = _pod_template(owner, spec, ROLE_SERVER, app, main, peers, node_cache)
     service = {
         "apiVersion": "v1",
@@ -182,6 +211,7 @@ def render_precompute(
         str(spec.batch_size),
         "--fallback",
         ",".join(spec.fallback.tiers),
+        *(["--foundation-version", spec.foundation_version] if spec.foundation_version else []),
         *spec.workload.args,
     ]
     main: dict[str, Any] = {

@@ -1,4 +1,5 @@
-"""Ranker publishes candidate sets, workers precompute them, its next lookups hit; a dead store degrades."""
+"""Ranker publishes candidate sets, workers precompute them with the foundation model, its next lookups hit
+and change the vertical model's scores; a dead store degrades."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ redis = pytest.importorskip("redis")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
+from gem_workloads.models import build_model, get_preset  # noqa: E402
+from gem_workloads.models.kunlun import KunlunModel  # noqa: E402
+from gem_workloads.models.model_dir import LoadedModel  # noqa: E402
 from gem_workloads.precompute.service import backlog  # noqa: E402
 from gem_workloads.precompute.worker import PrecomputeWorker, WorkerConfig  # noqa: E402
 from gem_workloads.serving.app import ServerConfig, create_app  # noqa: E402
@@ -33,14 +37,26 @@ async def _ready(client: TestClient[Any, Any]) -> None:
     raise AssertionError("not ready")
 
 
+def _vertical(foundation: LoadedModel) -> LoadedModel:
+    """A vertical model that reads the foundation model's Solaris embeddings (random weights)."""
+    f = foundation.model
+    assert isinstance(f, KunlunModel)
+    cfg = get_preset("tiny").with_(solaris_width=f.embedding_size)
+    torch.manual_seed(1)
+    model = build_model("vertical", cfg, foundation.schema)
+    model.eval()
+    return LoadedModel(model, "vertical", cfg, foundation.schema, "vertical-1", "vertical", foundation.version)
+
+
 async def test_published_sets_become_exact_hits(redis_url: str) -> None:
     torch.set_num_threads(1)
-    loaded = preset_model("tiny", seed=9)
+    loaded = preset_model("tiny", seed=9)  # the foundation model the precompute workers run
+    served = _vertical(loaded)
     store = redis.Redis.from_url(redis_url)
     store.flushdb()
     app = create_app(
         ServerConfig(),
-        lambda: loaded,
+        lambda: served,
         publisher=CandidatePublisher(redis_url, "loop"),
         lookups=PrecomputedLookups(redis_url, "L", ["exact", "userAdGroupAggregate", "similarUser"]),
     )
@@ -63,7 +79,9 @@ async def test_published_sets_become_exact_hits(redis_url: str) -> None:
         assert backlog(store, "loop", "g") == (0, 0.0)
         second = await (await client.post("/v1/rank", json=body)).json()
         assert second["precomputed"] == {"exact": 6}
-        assert second["scores"] == first["scores"]
+        # The vertical model consumes the foundation model's embeddings: its scores move.
+        assert second["scores"] != first["scores"]
+        assert second["model_version"] == first["model_version"] == "vertical-1"
         text = await (await client.get("/metrics")).text()
         assert 'gem_embedding_lookups_total{tier="exact"} 6.0' in text
         assert 'gem_embedding_lookups_total{tier="none"} 6.0' in text

@@ -100,6 +100,7 @@ class MovieLens:
         self.ev_user = ratings["u"].to_numpy().astype(np.int64)
         self.ev_item = ratings["i"].to_numpy().astype(np.int64)
         self.ev_rating = ratings["rating"].to_numpy().astype(np.int64)
+        self.ev_time = ratings["timestamp"].to_numpy().astype(np.float64)  # Unix seconds
         counts = np.bincount(self.ev_user, minlength=len(uid))
         self.user_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
         self.cum_rating = np.concatenate([[0], np.cumsum(self.ev_rating)])
@@ -112,12 +113,13 @@ class MovieLens:
     def source(self, split: str = "train") -> MovieLensSource:
         return MovieLensSource(self, self.train_index if split == "train" else self.test_index)
 
-    def examples(self, events: np.ndarray) -> ExampleBlock:
-        """Examples for the given event rows (global indices into the time-ordered ratings)."""
+    def examples(self, events: np.ndarray, seq_len: int | None = None) -> ExampleBlock:
+        """Examples for the given event rows (global indices into the time-ordered ratings);
+        ``seq_len`` (default the dataset's) caps the behaviour sequence."""
         users = self.ev_user[events]
         start = self.user_start[users]
         hist_len = events - start
-        seq_lengths = np.minimum(hist_len, self.seq_len)
+        seq_lengths = np.minimum(hist_len, self.seq_len if seq_len is None else seq_len)
         seq_start = events - seq_lengths
         new_starts = np.cumsum(seq_lengths) - seq_lengths
         idx = np.repeat(seq_start - new_starts, seq_lengths) + np.arange(int(seq_lengths.sum()))

@@ -1,4 +1,5 @@
-"""Ranking models on TorchRec: a Kunlun-style model and a DLRM-style baseline.
+"""Ranking models on TorchRec: a Kunlun-style model (the foundation role), a DLRM-style baseline and
+the vertical model (a small ranker taking LoopFM memory and Solaris embeddings as inputs).
 
 Public API (also what serving uses)::
 
@@ -21,12 +22,19 @@ from .dlrm import DLRMModel
 from .features import Batch, CandidateFeatures, CategoricalFeature, FeatureSchema, Task, UserFeatures
 from .kunlun import KunlunModel
 from .presets import PRESETS, ModelConfig, get_preset
+from .vertical import TIERS, TransferInputs, VerticalModel
 
-ModelKind = Literal["kunlun", "dlrm"]
-RankingModel = KunlunModel | DLRMModel
+ModelKind = Literal["kunlun", "dlrm", "vertical"]
+RankingModel = KunlunModel | DLRMModel | VerticalModel
+# Which role each kind plays in knowledge transfer: the foundation model teaches, verticals serve.
+FOUNDATION_KINDS = ("kunlun",)
+VERTICAL_KINDS = ("vertical", "dlrm")
 
 __all__ = [
+    "FOUNDATION_KINDS",
     "PRESETS",
+    "TIERS",
+    "VERTICAL_KINDS",
     "Batch",
     "CandidateFeatures",
     "CategoricalFeature",
@@ -37,8 +45,10 @@ __all__ = [
     "ModelKind",
     "RankingModel",
     "Task",
+    "TransferInputs",
     "UserFeatures",
     "UserState",
+    "VerticalModel",
     "build_model",
     "get_preset",
     "load_trained",
@@ -48,9 +58,11 @@ __all__ = [
 def build_model(
     kind: str, config: ModelConfig, schema: FeatureSchema, device: torch.device | None = None
 ) -> RankingModel:
-    """``kind``: ``"kunlun"`` or ``"dlrm"``. Embedding tables go on ``device`` (``meta`` before DMP)."""
+    """``kind``: ``"kunlun"``, ``"dlrm"`` or ``"vertical"``. Embedding tables go on ``device`` (``meta`` before DMP)."""
     if kind == "kunlun":
         return KunlunModel(schema, config, device)
     if kind == "dlrm":
         return DLRMModel(schema, config, device)
-    raise ValueError(f"unknown model kind {kind!r}; choose 'kunlun' or 'dlrm'")
+    if kind == "vertical":
+        return VerticalModel(schema, config, device)
+    raise ValueError(f"unknown model kind {kind!r}; choose 'kunlun', 'dlrm' or 'vertical'")

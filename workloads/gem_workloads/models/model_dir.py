@@ -3,12 +3,18 @@
 Layout::
 
     DIR/gem-model.json    {"kind": "kunlun", "version": "v42", "config": {...}, "schema": {...},
-                           "weights": "weights.pt"}      # or "checkpoint": "step-000400"
+                           "weights": "weights.pt",      # or "checkpoint": "step-000400"
+                           "role": "foundation"}         # or "vertical" + "foundationVersion": "v41"
     DIR/weights.pt        torch.save(model.state_dict()) (unsharded)
     DIR/step-000400/      or a training checkpoint (torch.distributed.checkpoint), read unsharded
 
 ``version`` defaults to the loader's manifest digest (``.gem-load-complete``) when absent, so
 embeddings written by one model are never read as another's.
+
+``role`` says which side of knowledge transfer the model is on (default by kind: ``kunlun`` is a
+foundation model, the others vertical); a vertical model records ``foundationVersion``, the
+version of the foundation model whose soft labels, LoopFM memory and Solaris embeddings it was
+trained on, which is the embedding-store version it must read at serving time.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ from .presets import ModelConfig
 MODEL_FILE = "gem-model.json"
 WEIGHTS_FILE = "weights.pt"
 LOAD_COMPLETE_FILE = ".gem-load-complete"
+ROLES = ("foundation", "vertical")
+
+
+def default_role(kind: str) -> str:
+    return "foundation" if kind == "kunlun" else "vertical"
 
 
 class ModelDirError(ValueError):
@@ -79,22 +90,40 @@ class LoadedModel:
     config: ModelConfig
     schema: FeatureSchema
     version: str
+    role: str = ""
+    foundation_version: str | None = None
+
+    def __post_init__(self) -> None:
+        self.role = self.role or default_role(self.kind)
 
 
 def save_model_dir(
-    directory: str | Path, model: torch.nn.Module, kind: str, config: ModelConfig, schema: FeatureSchema, version: str
+    directory: str | Path,
+    model: torch.nn.Module,
+    kind: str,
+    config: ModelConfig,
+    schema: FeatureSchema,
+    version: str,
+    role: str | None = None,
+    foundation_version: str | None = None,
 ) -> Path:
     """Write ``gem-model.json`` + ``weights.pt`` (the format :func:`load_model_dir` reads)."""
+    role = role or default_role(kind)
+    if role not in ROLES:
+        raise ValueError(f"role: {role!r} is not one of {list(ROLES)}")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), d / WEIGHTS_FILE)
-    meta = {
+    meta: dict[str, Any] = {
         "kind": kind,
         "version": version,
         "config": asdict(config),
         "schema": schema_to_dict(schema),
         "weights": WEIGHTS_FILE,
+        "role": role,
     }
+    if foundation_version is not None:
+        meta["foundationVersion"] = foundation_version
     (d / MODEL_FILE).write_text(json.dumps(meta, indent=1))
     return d
 
@@ -126,8 +155,12 @@ def load_model_dir(directory: str | Path, device: torch.device | None = None) ->
         kind = str(meta["kind"])
         config = config_from_dict(meta["config"])
         schema = schema_from_dict(meta["schema"])
+        role = str(meta.get("role") or default_role(kind))
+        foundation_version = None if meta.get("foundationVersion") is None else str(meta["foundationVersion"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelDirError(f"{path}: invalid model description: {exc!r}") from exc
+    if role not in ROLES:
+        raise ModelDirError(f"{path}: role {role!r} is not one of {list(ROLES)}")
     model = build_model(kind, config, schema)
     if meta.get("checkpoint"):
         load_trained(model, d / str(meta["checkpoint"]))
@@ -139,4 +172,4 @@ def load_model_dir(directory: str | Path, device: torch.device | None = None) ->
     if device is not None:
         model = model.to(device)
     model.eval()
-    return LoadedModel(model, kind, config, schema, model_dir_version(d, meta))
+    return LoadedModel(model, kind, config, schema, model_dir_version(d, meta), role, foundation_version)

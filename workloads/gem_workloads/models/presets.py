@@ -31,6 +31,12 @@ class ModelConfig:
     # DLRM-style baseline: bottom / top MLP widths.
     dlrm_bottom: tuple[int, ...] = (64,)
     dlrm_top: tuple[int, ...] = (128, 64)
+    # Vertical model's knowledge-transfer inputs (0 = input absent): the LoopFM historical memory
+    # (the user's last ``memory_len`` foundation representations, each ``memory_width`` wide) and
+    # the Solaris user-ad embedding (``solaris_width`` floats, plus its fallback tier).
+    memory_len: int = 0
+    memory_width: int = 0
+    solaris_width: int = 0
 
     def __post_init__(self) -> None:
         if self.seq_len % self.block_size:
@@ -39,6 +45,10 @@ class ModelConfig:
             raise ValueError(f"embedding_dim {self.embedding_dim} must be divisible by num_heads {self.num_heads}")
         if self.num_layers < 1:
             raise ValueError("num_layers must be >= 1")
+        if min(self.memory_len, self.memory_width, self.solaris_width) < 0:
+            raise ValueError("memory_len, memory_width and solaris_width must be >= 0")
+        if (self.memory_len > 0) != (self.memory_width > 0):
+            raise ValueError("memory_len and memory_width must both be set (the LoopFM memory) or both be 0")
 
     def computes_sequence(self, layer: int) -> bool:
         """Whether ``layer`` runs block attention + summarisation (CompSkip: even layers only)."""
@@ -116,6 +126,40 @@ PRESETS: dict[str, ModelConfig] = {
         max_table_rows=4_000_000,
         dlrm_bottom=(1024, 512),
         dlrm_top=(2048, 1024, 512),
+    ),
+    # The foundation role on CPU (knowledge-transfer evaluation): a Kunlun-style model that reads
+    # long histories. GPU deployments use ``base``/``large`` as the foundation model.
+    "foundation": ModelConfig(
+        name="foundation",
+        embedding_dim=32,
+        num_layers=2,
+        num_heads=2,
+        seq_len=64,
+        block_size=32,
+        num_seeds=4,
+        ffn_mult=2,
+        fmb_rank=8,
+        expert_hidden=64,
+        head_hidden=32,
+        max_table_rows=100_000,
+    ),
+    # The vertical role: a small DLRM/Wukong-style ranker over the same features and a short
+    # recent history (what an online ranker can afford per candidate).
+    "vertical": ModelConfig(
+        name="vertical",
+        embedding_dim=16,
+        num_layers=1,
+        num_heads=1,
+        seq_len=4,
+        block_size=4,
+        num_seeds=1,
+        ffn_mult=1,
+        fmb_rank=1,
+        expert_hidden=1,
+        head_hidden=1,
+        max_table_rows=100_000,
+        dlrm_bottom=(16,),
+        dlrm_top=(64, 32),
     ),
 }
 

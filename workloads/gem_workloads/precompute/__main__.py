@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import threading
+from pathlib import Path
 
 from prometheus_client import start_http_server
 
@@ -45,7 +46,26 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-pairs-per-set", type=int, default=256)
     p.add_argument("--read-count", type=int, default=16, help="stream entries per read")
     p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, batch jobs)")
+    p.add_argument(
+        "--foundation-version",
+        help="the foundation model version this pool serves: refuse to start on a model of another version",
+    )
+    p.add_argument("--memory-len", type=int, default=16, help="LoopFM representations kept per user (0: none)")
     return p
+
+
+def model_version(model_dir: str | None, preset: str | None) -> str:
+    """The version the workers will key embeddings by (read without building the model)."""
+    if not model_dir:
+        return f"{preset}-seed0"  # what serving.engine.preset_model names a preset model
+    from ..models.model_dir import MODEL_FILE, model_dir_version
+
+    path = Path(model_dir) / MODEL_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the model description: {exc}") from exc
+    return model_dir_version(Path(model_dir), meta)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +87,13 @@ def main(argv: list[str] | None = None) -> int:
             read_count=args.read_count,
             claim_idle_ms=args.claim_idle_ms,
             max_pairs_per_set=args.max_pairs_per_set,
+            memory_len=args.memory_len,
         )
+        if args.foundation_version and (found := model_version(model_dir, args.preset)) != args.foundation_version:
+            raise ValueError(
+                f"--foundation-version: the pool serves {args.foundation_version!r} but the model is version "
+                f"{found!r}; load that foundation model or change spec.foundationVersion"
+            )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

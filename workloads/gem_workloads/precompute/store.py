@@ -9,6 +9,8 @@ another's)::
     P:V:ub:{user}              the user's behaviour bucket                  (string, TTL)
     P:V:s:{bucket}:{ad}        the latest embedding of any user of that bucket for the ad (string, TTL)
     P:V:done:{stream}:{entry}  marker: this stream entry's writes are stored (string, TTL)
+    P:V:m:{user}               the user's LoopFM historical memory (sorted set by write time, newest K, TTL)
+    P:versions                 the model versions writing to this prefix (sorted set, score = last write)
 
 An embedding value is 8 bytes of write time (float64 Unix seconds) then float32 values. All the
 writes of one stream entry and its ``done`` marker go in one MULTI/EXEC transaction, so an
@@ -17,6 +19,13 @@ entry is stored entirely or not at all, and a worker that finds the marker only 
 Read path (:class:`EmbeddingReader`): ``exact`` -> ``userAdGroupAggregate`` (mean of the user's
 recent embeddings for the ad's group) -> ``similarUser`` (a same-bucket user's embedding of the
 ad) -> ``none``; every lookup is counted per tier, with the age of what was served.
+
+Versioning: a reader whose model version is not among the versions written to the store recently
+(``P:versions``) refuses to read (every lookup is ``none``) and counts
+``gem_embedding_version_mismatch_total``: a vertical model must read the embeddings of the
+foundation model it was trained against, never another's. An entry that does not unpack to a
+vector of the expected width is skipped (the next tier serves) and counted in
+``gem_embedding_corrupt_entries_total{tier}``.
 """
 
 from __future__ import annotations
@@ -100,6 +109,13 @@ class Keys:
     def done(self, stream: str, entry_id: str) -> str:
         return self._k("done", stream, entry_id)
 
+    def memory(self, user: object) -> str:
+        return self._k("m", user)
+
+    @property
+    def versions(self) -> str:
+        return f"{self.prefix}:versions"
+
 
 @dataclass
 class PairEmbedding:
@@ -112,10 +128,18 @@ class PairEmbedding:
 class EmbeddingWriter:
     """Writes one stream entry's embeddings (and its ``done`` marker) in one transaction."""
 
-    def __init__(self, client: Any, keys: Keys, ttl_seconds: int, tiers: Sequence[str], group_keep: int = 16) -> None:
+    def __init__(
+        self,
+        client: Any,
+        keys: Keys,
+        ttl_seconds: int,
+        tiers: Sequence[str],
+        group_keep: int = 16,
+        memory_keep: int = 16,
+    ) -> None:
         self.client, self.keys, self.ttl = client, keys, int(ttl_seconds)
         self.tiers = check_tiers(tiers)
-        self.group_keep = group_keep
+        self.group_keep, self.memory_keep = group_keep, max(int(memory_keep), 1)
         self._group_script = client.register_script(_GROUP_WRITE)
 
     def is_done(self, stream: str, entry_ids: Sequence[str]) -> list[bool]:
@@ -124,8 +148,15 @@ class EmbeddingWriter:
         return [bool(v) for v in self.client.mget([self.keys.done(stream, e) for e in entry_ids])]
 
     def write_entry(
-        self, stream: str, entry_id: str, pairs: Sequence[PairEmbedding], buckets: dict[str, int], now: float
+        self,
+        stream: str,
+        entry_id: str,
+        pairs: Sequence[PairEmbedding],
+        buckets: dict[str, int],
+        now: float,
+        memory: dict[str, Vector] | None = None,
     ) -> None:
+        """``memory``: a LoopFM representation per user, appended to the user's historical memory."""
         k, ttl = self.keys, self.ttl
         pipe = self.client.pipeline(transaction=True)
         for p in pairs:
@@ -142,6 +173,11 @@ class EmbeddingWriter:
         if "similarUser" in self.tiers:
             for user, bucket in buckets.items():
                 pipe.set(k.bucket(user), bucket, ex=ttl)
+        for user, rep in (memory or {}).items():
+            pipe.zadd(k.memory(user), {pack(rep, now): now})
+            pipe.zremrangebyrank(k.memory(user), 0, -(self.memory_keep + 1))
+            pipe.expire(k.memory(user), ttl)
+        pipe.zadd(k.versions, {k.version: now})
         pipe.set(k.done(stream, entry_id), 1, ex=ttl)
         pipe.execute()
 
@@ -164,11 +200,33 @@ class EmbeddingReader:
     """The ranker's read path: for each (ad, group) of one user, the best tier that has an embedding."""
 
     def __init__(
-        self, client: Any, keys: Keys, tiers: Sequence[str], registry: CollectorRegistry | None = None
+        self,
+        client: Any,
+        keys: Keys,
+        tiers: Sequence[str],
+        registry: CollectorRegistry | None = None,
+        width: int | None = None,
+        version_ttl_s: float = 86_400.0,
     ) -> None:
+        """``width``: floats per embedding (entries of another width are corrupt); ``version_ttl_s``:
+        a version is live in the store while it was written to within this long."""
         self.client, self.keys = client, keys
         self.tiers = check_tiers(tiers)
+        self.width, self.version_ttl_s = width, version_ttl_s
         self.registry = registry or CollectorRegistry()
+        self.corrupt = Counter(
+            "gem_embedding_corrupt_entries",
+            "Store entries skipped because they do not hold a vector of the model's width, by tier.",
+            ["tier"],
+            registry=self.registry,
+        )
+        self.mismatch = Counter(
+            "gem_embedding_version_mismatch",
+            "Lookups refused because the store holds no embeddings of the served model's version.",
+            registry=self.registry,
+        )
+        self._live: tuple[float, bool, bool] | None = None  # (checked at, store has versions, ours is live)
+        self.store_versions: list[str] = []
         self.lookups = Counter(
             "gem_embedding_lookups",
             "Precomputed-embedding lookups by the tier that served them (none: missed).",
@@ -189,15 +247,51 @@ class EmbeddingReader:
         total = sum(self.counts.values())
         return {t: (n / total if total else 0.0) for t, n in self.counts.items()}
 
+    def decode(self, raw: Any, tier: str, width: int | None = None) -> tuple[Vector, float] | None:
+        """An entry's (vector, write time), or ``None`` (counted) when it is not a valid embedding
+        of ``width`` floats (default: the reader's width)."""
+        width = self.width if width is None else width
+        if not isinstance(raw, bytes | bytearray) or len(raw) < 8 or (len(raw) - 8) % 4:
+            self.corrupt.labels(tier).inc()
+            return None
+        vec, ts = unpack(bytes(raw))
+        if (width is not None and len(vec) != width) or not np.isfinite(vec).all() or not np.isfinite(ts):
+            self.corrupt.labels(tier).inc()
+            return None
+        return vec, ts
+
+    def version_live(self, now: float) -> bool:
+        """Whether the store holds recent writes of this reader's version (checked at most once a second).
+
+        A store nobody has written to yet is not a mismatch (lookups simply miss); a store written by
+        other versions only is: the lookup is refused and counted."""
+        if self._live is None or now - self._live[0] >= 1.0:
+            rows = self.client.zrangebyscore(self.keys.versions, now - self.version_ttl_s, "+inf")
+            self.store_versions = [r.decode() if isinstance(r, bytes) else str(r) for r in rows]
+            self._live = (now, bool(rows), self.keys.version in self.store_versions)
+        has_versions, ours = self._live[1], self._live[2]
+        return ours or not has_versions
+
+    def _finish(self, out: list[Lookup | None]) -> list[Lookup]:
+        result = [o if o is not None else Lookup(NONE_TIER, None, None) for o in out]
+        for r in result:
+            self.counts[r.tier] += 1
+            self.lookups.labels(r.tier).inc()
+            if r.age_seconds is not None:
+                self.age.labels(r.tier).observe(max(r.age_seconds, 0.0))
+        return result
+
     def lookup(self, user: object, ads: Sequence[tuple[object, object]], now: float | None = None) -> list[Lookup]:
         now = time.time() if now is None else now
         k = self.keys
         out: list[Lookup | None] = [None] * len(ads)
+        if not self.version_live(now):
+            self.mismatch.inc()
+            return self._finish(out)
         raw = self.client.mget([k.exact(user, a) for a, _ in ads]) if ads else []
         for i, v in enumerate(raw):
-            if v is not None:
-                vec, ts = unpack(v)
-                out[i] = Lookup("exact", vec, now - ts)
+            if v is not None and (got := self.decode(v, "exact")) is not None:
+                out[i] = Lookup("exact", got[0], now - got[1])
         missing = [i for i, o in enumerate(out) if o is None]
         if missing and "userAdGroupAggregate" in self.tiers:
             groups = sorted({str(ads[i][1]) for i in missing})
@@ -206,8 +300,11 @@ class EmbeddingReader:
                 pipe.hgetall(k.group(user, g))
             agg: dict[str, Lookup] = {}
             for g, members in zip(groups, pipe.execute(), strict=True):
-                if members:
-                    vecs, stamps = zip(*(unpack(v) for v in members.values()), strict=True)
+                good = [
+                    d for v in (members or {}).values() if (d := self.decode(v, "userAdGroupAggregate")) is not None
+                ]
+                if good:
+                    vecs, stamps = zip(*good, strict=True)
                     agg[g] = Lookup("userAdGroupAggregate", np.mean(np.stack(vecs), axis=0), now - max(stamps))
             for i in missing:
                 out[i] = agg.get(str(ads[i][1]))
@@ -217,13 +314,27 @@ class EmbeddingReader:
             if bucket is not None:
                 b = bucket.decode() if isinstance(bucket, bytes) else str(bucket)
                 for i, v in zip(missing, self.client.mget([k.similar(b, ads[i][0]) for i in missing]), strict=True):
-                    if v is not None:
-                        vec, ts = unpack(v)
-                        out[i] = Lookup("similarUser", vec, now - ts)
-        result = [o if o is not None else Lookup(NONE_TIER, None, None) for o in out]
-        for r in result:
-            self.counts[r.tier] += 1
-            self.lookups.labels(r.tier).inc()
-            if r.age_seconds is not None:
-                self.age.labels(r.tier).observe(max(r.age_seconds, 0.0))
-        return result
+                    if v is not None and (got := self.decode(v, "similarUser")) is not None:
+                        out[i] = Lookup("similarUser", got[0], now - got[1])
+        return self._finish(out)
+
+    def memory(
+        self, user: object, k: int, width: int, now: float | None = None
+    ) -> tuple[Vector, npt.NDArray[np.bool_]]:
+        """The user's last ``k`` LoopFM representations written strictly before ``now``, right-aligned
+        (most recent last): ``([k, width], present [k])``; corrupt entries are skipped and counted."""
+        now = time.time() if now is None else now
+        out = np.zeros((k, width), dtype=np.float32)
+        present = np.zeros(k, dtype=bool)
+        if not self.version_live(now):
+            return out, present
+        rows = self.client.zrevrangebyscore(self.keys.memory(user), f"({now!r}", "-inf", start=0, num=k)
+        good: list[Vector] = []
+        for raw in rows:
+            got = self.decode(raw, "memory", width)
+            if got is not None:
+                good.append(got[0])
+        for j, vec in enumerate(reversed(good)):
+            out[k - len(good) + j] = vec
+            present[k - len(good) + j] = True
+        return out, present

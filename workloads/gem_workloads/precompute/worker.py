@@ -17,6 +17,12 @@ the same user is likely to see the same ads again soon (next page, refresh, next
 worker predicts the set's top ``max_pairs_per_set`` candidates by the ranker's score (all of
 them, in order, when no scores were published) and skips pairs whose exact embedding is still
 fresher than ``refresh_after_s``.
+
+LoopFM memory: with a Kunlun-style (foundation) model, each stored entry also appends the
+LoopFM representation of the set's top candidate (:mod:`gem_workloads.models.loopfm`, summarised
+from the embedding just computed: no extra model work) to the user's historical memory, which the
+ranker reads for a vertical model. Every write also records the model version in the store, so a
+ranker expecting another foundation version refuses to read (see :mod:`.store`).
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
+from ..models.kunlun import KunlunModel
+from ..models.loopfm import summarise
 from ..serving.engine import Engine
 from ..serving.request import RankRequest, RequestError, parse_request, select_candidates
 from .messages import CandidateSet
@@ -59,6 +68,8 @@ class WorkerConfig:
     ad_key: str = "item_id"
     group_key: str = "item_cluster"
     bucket_bits: int = 8
+    # LoopFM historical memory: representations kept per user (0: do not write memory).
+    memory_len: int = 16
     # Chaos testing: exit the process after computing a batch, before storing it (a pod killed mid-batch).
     die_after_compute: bool = False
 
@@ -66,6 +77,8 @@ class WorkerConfig:
         self.tiers = check_tiers(self.tiers)
         if self.batch_size < 1 or self.read_count < 1 or self.max_pairs_per_set < 1:
             raise ValueError("batch_size, read_count and max_pairs_per_set must be >= 1")
+        if self.memory_len < 0:
+            raise ValueError("memory_len must be >= 0")
 
 
 @dataclass
@@ -125,7 +138,9 @@ class PrecomputeWorker:
     def __init__(self, cfg: WorkerConfig, client: Any, engine: Engine, store: Any | None = None) -> None:
         self.cfg, self.client, self.engine = cfg, client, engine
         self.keys = Keys(cfg.key_prefix, engine.loaded.version)
-        self.writer = EmbeddingWriter(store if store is not None else client, self.keys, cfg.ttl_seconds, cfg.tiers)
+        self.writer = EmbeddingWriter(
+            store if store is not None else client, self.keys, cfg.ttl_seconds, cfg.tiers, memory_keep=cfg.memory_len
+        )
         self.refresh_after_s = cfg.refresh_after_s if cfg.refresh_after_s is not None else cfg.ttl_seconds / 2
         self._claim_cursor = "0-0"
         ensure_group(client, cfg.stream, cfg.group)
@@ -193,13 +208,24 @@ class PrecomputeWorker:
                 PairEmbedding(w.user, ad, group, vec)
                 for (ad, group), vec in zip(w.ads, (v for e in w.embeddings for v in e), strict=True)
             ]
-            self.writer.write_entry(c.stream, w.entry_id, pairs, {} if w.bucket is None else {w.user: w.bucket}, now)
+            memory = self._memory(w.user, pairs[0].vector) if pairs and c.memory_len else None
+            self.writer.write_entry(
+                c.stream, w.entry_id, pairs, {} if w.bucket is None else {w.user: w.bucket}, now, memory
+            )
             stats.pairs_written += len(pairs)
             to_ack.append(w.entry_id)
         if to_ack:
             self.client.xack(c.stream, c.group, *to_ack)
         stats.entries = len(to_ack)
         return stats
+
+    def _memory(self, user: str, embedding: npt.NDArray[np.float32]) -> dict[str, npt.NDArray[np.float32]] | None:
+        """The LoopFM representation of ``embedding`` for the user's memory (foundation models only)."""
+        model = self.engine.loaded.model
+        if not isinstance(model, KunlunModel):
+            return None
+        rep = summarise(model, torch.from_numpy(np.ascontiguousarray(embedding, dtype=np.float32))[None, :])
+        return {user: rep[0].numpy()}
 
     def _deliveries(self, ids: list[str]) -> dict[str, int]:
         if not ids:

@@ -45,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--embedding-store", help="redis:// URL: look up Solaris precomputed embeddings per request")
     p.add_argument("--store-key-prefix", default="gem:emb", help="with --embedding-store")
     p.add_argument("--fallback", default="exact,userAdGroupAggregate,similarUser", help="with --embedding-store")
+    p.add_argument("--store-version", help="with --embedding-store: the foundation version the store is keyed by")
     p.add_argument("--example-request", action="store_true", help="print a valid request body and exit")
     p.add_argument("--candidates", type=int, default=64, help="with --example-request")
     p.add_argument(
@@ -102,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     lookups = None
     if args.embedding_store:
         try:
-            lookups = PrecomputedLookups(args.embedding_store, args.store_key_prefix, args.fallback.split(","))
+            lookups = PrecomputedLookups(
+                args.embedding_store, args.store_key_prefix, args.fallback.split(","), version=args.store_version
+            )
         except ValueError as exc:
             print(f"error: --fallback: {exc}", file=sys.stderr)
             return 2

@@ -77,7 +77,7 @@ class ServerState:
         )
         batcher.start()
         if self.lookups is not None:
-            self.lookups.bind(loaded.version, self.metrics.registry)
+            self.lookups.bind(loaded.version, self.metrics.registry, loaded)
         self.engine, self.batcher = engine, batcher
         self.metrics.model_load_seconds.set(time.perf_counter() - t0)
         self.metrics.ready.set(1)
@@ -119,7 +119,12 @@ async def _rank(request: web.Request, state: ServerState) -> web.Response:
         parsed = parse_request(raw, engine.schema, engine.seq_len, state.cfg.max_candidates)
     except RequestError as exc:
         return _error(exc.status, exc.message)
-    lookup = asyncio.get_running_loop().create_task(state.lookups.lookup(raw)) if state.lookups is not None else None
+    fetched: dict[str, int] | None = None
+    lookup: asyncio.Task[dict[str, int] | None] | None = None
+    if state.lookups is not None and state.lookups.feeds_model:  # the model reads the store: look up first
+        fetched, parsed.side = await state.lookups.fetch(raw)
+    elif state.lookups is not None:
+        lookup = asyncio.get_running_loop().create_task(state.lookups.lookup(raw))
     try:
         probs = await batcher.submit(parsed)
     except QueueFull:
@@ -141,6 +146,8 @@ async def _rank(request: web.Request, state: ServerState) -> web.Response:
     }
     if lookup is not None:
         answer["precomputed"] = await lookup
+    elif state.lookups is not None:
+        answer["precomputed"] = fetched
     return web.json_response(answer)
 
 

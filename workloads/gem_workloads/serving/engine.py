@@ -27,7 +27,9 @@ from ..data.synthetic import SyntheticConfig, synthetic_schema
 from ..models import FeatureSchema, ModelConfig, build_model, get_preset
 from ..models.features import CandidateFeatures, UserFeatures
 from ..models.model_dir import LoadedModel, load_model_dir
+from ..models.vertical import VerticalModel
 from .request import RankRequest, collate_requests
+from .side_inputs import batch_side_inputs
 
 
 class ScoringModel(Protocol):
@@ -84,9 +86,15 @@ class Engine:
         """Probabilities ``[n_i, num_tasks]`` per request."""
         inputs = collate_requests(requests, self.schema, share)
         model: ScoringModel = self.loaded.model  # type: ignore[assignment]
-        state = model.encode_user(inputs.user.to(self.device))
         index = inputs.user_index.to(self.device) if inputs.user_index is not None else None
-        logits = model.score_candidates(state, inputs.candidates.to(self.device), index)
+        if isinstance(model, VerticalModel):  # knowledge-transfer inputs from the store (see .side_inputs)
+            side = batch_side_inputs(
+                model, [r.side for r in requests], [r.num_candidates for r in requests], share, self.device
+            )
+            logits = model.score(inputs.user.to(self.device), inputs.candidates.to(self.device), side, index)
+        else:
+            state = model.encode_user(inputs.user.to(self.device))
+            logits = model.score_candidates(state, inputs.candidates.to(self.device), index)
         probs = torch.sigmoid(logits.float()).cpu().numpy()
         out, start = [], 0
         for r in requests:

@@ -26,6 +26,7 @@ import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from ..models.features import CandidateFeatures, CategoricalFeature, FeatureSchema, UserFeatures
+from .side_inputs import SideInputs
 
 IntArray = npt.NDArray[np.int64]
 
@@ -56,6 +57,7 @@ class RankRequest:
     items: dict[str, Jagged]  # n rows per feature
     domain: IntArray  # [n]
     user_id: int | None = None
+    side: SideInputs | None = None  # a vertical model's memory and Solaris inputs (from the store)
 
     @property
     def num_candidates(self) -> int:

@@ -1,0 +1,18 @@
+"""The datasets of the transfer evaluation, by name."""
+
+from __future__ import annotations
+
+from ..data.timeline import MovieLensTimeline, SyntheticTimeline, TimedDataset, TimelineConfig
+
+DATASETS = ("synthetic", "movielens")
+
+
+def load_dataset(name: str, seed: int = 0, synthetic: TimelineConfig | None = None) -> TimedDataset:
+    """``synthetic`` (seeded, ``synthetic`` overrides its size) or ``movielens`` (fixed; the seed only
+    changes model initialisation and shuffling)."""
+    if name == "synthetic":
+        cfg = synthetic or TimelineConfig()
+        return SyntheticTimeline(TimelineConfig(**{**cfg.__dict__, "seed": seed}))
+    if name == "movielens":
+        return MovieLensTimeline()
+    raise ValueError(f"--data: unknown dataset {name!r}; choose one of {list(DATASETS)}")
