@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -179,7 +178,7 @@ def test_slo_feedback_lands_in_status_and_survives_an_operator_restart(
         cluster.wait_for(lambda: learned() < 0.5, timeout=30)
         st = status(cluster, "RankingService", "slo")
         assert st["autoscaling"]["p99LatencyMs"] == 80.0
-        assert json.loads(st["scalerState"])["effectiveTarget"] == pytest.approx(learned(), abs=1e-3)
+        assert st["scalerState"]["effectiveTarget"] == pytest.approx(learned(), abs=1e-3)
 
         # A new operator process, and the latency signal gone: it resumes from status, no reset.
         first.stop()

@@ -127,8 +127,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"gemop plan: {source}", file=sys.stderr)
     if spec.topology.tiers:
         tier_labels = [t.label for t in spec.topology.tiers[1:]]
-    else:  # discovery: any known convention counts
-        tier_labels = [label for _, labels in CONVENTIONS for label in labels]
+    else:  # discovery: any known convention counts; NVLink first, the tier the default rules lean on
+        by_role = sorted(CONVENTIONS, key=lambda convention: convention[0] != "nvlink")
+        tier_labels = [label for _, labels in by_role for label in labels]
     warning = topology_warning(nodes, tier_labels)
     if warning:
         print(f"gemop plan: {warning}", file=sys.stderr)
