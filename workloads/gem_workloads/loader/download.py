@@ -8,6 +8,12 @@ page-cache copy), so a bad or hostile source can never plant bytes; a journal re
 written part, so a killed pull resumes. Sources are tried in order (peers, then origin): a
 peer that errs or sends bytes that do not match is dropped and the range is fetched from the
 next one. An object whose version changes at the origin restarts its file from scratch.
+
+Network and disk overlap: each stream has two slots (two reused buffers) that share its one
+connection, so while one slot's range is hashed and written the other's GET is in flight; at
+most one GET per stream, and memory stays at 2 x streams x request size. A file is fsynced as
+soon as its last part is written, while the others still download, so little is left to flush
+at the end.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class _FileState:
     gen: int = 0
     restarts: int = 0
     pending: int = 0
+    synced: asyncio.Future[None] | None = None  # the fsync started when its last part was written
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,16 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     while view:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
+
+
+def _verify_write(
+    st: _FileState, part_size: int, first: int, data: bytes | memoryview, offset: int, aligned: bool
+) -> list[int]:
+    """Hash a range against the manifest and, only if every part matches, write it (one thread hop)."""
+    bad = bad_parts(st.entry, part_size, first, data)
+    if not bad:
+        _write_range(st, data, offset, aligned)
+    return bad
 
 
 def _write_range(st: _FileState, data: bytes | memoryview, offset: int, aligned: bool) -> None:
@@ -186,8 +203,10 @@ class Downloader:
                     await asyncio.gather(*workers, return_exceptions=True)
             if self.error is not None:
                 raise self.error
-            await asyncio.to_thread(self._sync)
+            await self._sync()
         finally:
+            # An fsync still running in its thread must finish before its descriptor is closed.
+            await asyncio.gather(*(st.synced for st in self.files.values() if st.synced), return_exceptions=True)
             for st in self.files.values():
                 for fd in (st.fd, st.dfd):
                     if fd is not None:
@@ -237,9 +256,14 @@ class Downloader:
         if run:
             self.queue.put_nowait(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
 
-    def _sync(self) -> None:
+    async def _sync(self) -> None:
+        """Wait for the fsyncs started as files completed; fsync the rest (resumed, empty) now."""
         for st in self.files.values():
-            os.fsync(st.fd)
+            if st.synced is None:
+                st.synced = asyncio.ensure_future(asyncio.to_thread(os.fsync, st.fd))
+        for st in self.files.values():
+            assert st.synced is not None
+            await st.synced
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -247,7 +271,13 @@ class Downloader:
         self.finished.set()
 
     async def _worker(self) -> None:
-        # One reused buffer per stream, grown to the largest range it fetched; mmap'd, so it is
+        """One stream: two slots share its connection (`net` admits one GET at a time), so the
+        next GET is in flight while the previous range is hashed and written."""
+        net = asyncio.Lock()
+        await asyncio.gather(self._slot(net), self._slot(net))
+
+    async def _slot(self, net: asyncio.Lock) -> None:
+        # One reused buffer per slot, grown to the largest range it fetched; mmap'd, so it is
         # page-aligned and its ranges can be written with O_DIRECT.
         buf = memoryview(bytearray(0))
         while True:
@@ -256,7 +286,7 @@ class Downloader:
                 need = (chunk.last - chunk.first) * self.manifest.part_size
                 if len(buf) < need:
                     buf = memoryview(mmap.mmap(-1, need))  # the old one is freed with its last view
-                await self._fetch_chunk(chunk, buf)
+                await self._fetch_chunk(chunk, buf, net)
             except asyncio.CancelledError:
                 raise
             except BaseException as e:
@@ -290,7 +320,7 @@ class Downloader:
             self.disabled.add(idx)
             self.reporter.event("fallback", source=self.sources[idx][1].name, reason=reason[:300])
 
-    async def _fetch_chunk(self, chunk: _Chunk, buf: memoryview | None = None) -> None:
+    async def _fetch_chunk(self, chunk: _Chunk, buf: memoryview | None = None, net: asyncio.Lock | None = None) -> None:
         st = self.files[chunk.path]
         if chunk.gen != st.gen:
             return
@@ -314,7 +344,7 @@ class Downloader:
                         self._drop_source(idx, msg)
                         break
                     data = await self._retrying(
-                        functools.partial(src.read_range, chunk.path, start, end, info, buf),
+                        functools.partial(self._get, net, src, chunk.path, start, end, info, buf),
                         attempts,
                         f"GET {src.name} {chunk.path} [{start}, {end})",
                     )
@@ -331,9 +361,17 @@ class Downloader:
                     break
                 if chunk.gen != st.gen:
                     return
-                bad = await asyncio.to_thread(bad_parts, entry, ps, chunk.first, data)
+                # Our own page-aligned buffer (not a library's bytes) may go to disk with O_DIRECT.
+                aligned = buf is not None and isinstance(data, memoryview) and data.obj is buf.obj
+                try:
+                    bad = await asyncio.to_thread(_verify_write, st, ps, chunk.first, data, start, aligned)
+                except OSError as e:
+                    if e.errno in FULL_ERRNOS:
+                        raise disk_full(e, self.staging / chunk.path) from None
+                    raise
                 if not bad:
-                    break
+                    self._written(st, chunk, len(data), kind)
+                    return
                 data = None
                 a, b = entry.part_range(bad[0], ps)
                 where = f"{chunk.path} part {bad[0]} (bytes {a}-{b - 1}) from {src.name}"
@@ -347,23 +385,25 @@ class Downloader:
                     )
                 self.reporter.event("retry", what=f"checksum mismatch in {where}", attempt=attempt + 1)
                 self.heads.pop((idx, chunk.path), None)
-            if data is None:
-                continue
-            # Our own page-aligned buffer (not a library's bytes) may go to disk with O_DIRECT.
-            aligned = buf is not None and isinstance(data, memoryview) and data.obj is buf.obj
-            await self._write(st, chunk, start, data, kind, aligned)
-            return
         raise SourceError(f"{chunk.path}: no source left to fetch bytes {start}-{end - 1} from")
 
-    async def _write(
-        self, st: _FileState, chunk: _Chunk, start: int, data: bytes | memoryview, kind: str, aligned: bool
-    ) -> None:
-        try:
-            await asyncio.to_thread(_write_range, st, data, start, aligned)
-        except OSError as e:
-            if e.errno in FULL_ERRNOS:
-                raise disk_full(e, self.staging / chunk.path) from None
-            raise
+    async def _get(
+        self,
+        net: asyncio.Lock | None,
+        src: Source,
+        path: str,
+        start: int,
+        end: int,
+        info: ObjectInfo,
+        buf: memoryview | None,
+    ) -> bytes | memoryview:
+        """One ranged GET, holding the stream's connection only while bytes arrive (not in backoff)."""
+        if net is None:
+            return await src.read_range(path, start, end, info, buf)
+        async with net:
+            return await src.read_range(path, start, end, info, buf)
+
+    def _written(self, st: _FileState, chunk: _Chunk, nbytes: int, kind: str) -> None:
         if chunk.gen != st.gen:
             # The file restarted meanwhile: not journaled, so fetched again. The late write was
             # harmless: it passed the same part hashes, so it wrote the very bytes that belong there.
@@ -372,8 +412,11 @@ class Downloader:
             self.journal.mark_done(chunk.path, i)
         st.pending -= chunk.last - chunk.first
         self.pending -= chunk.last - chunk.first
-        self.stats.add(kind, len(data))
-        self.reporter.advance(len(data), kind)
+        self.stats.add(kind, nbytes)
+        self.reporter.advance(nbytes, kind)
+        if st.pending == 0 and st.synced is None:
+            # Flushed now, overlapping the other files' downloads; the end of the pull awaits it.
+            st.synced = asyncio.ensure_future(asyncio.to_thread(os.fsync, st.fd))
         if self.pending == 0:
             self.finished.set()
 

@@ -1,0 +1,143 @@
+"""The download pipeline's shape: object-store ranges land in the stream's reused buffer, a
+stream's next GET overlaps the hashing and writing of its previous range (still one GET at a
+time per stream, two buffers each), and a file is fsynced as soon as its last part is written."""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gem_workloads.loader import download
+from gem_workloads.loader.download import Downloader, PullConfig
+from gem_workloads.loader.errors import SourceError
+from gem_workloads.loader.manifest import Manifest
+from gem_workloads.loader.progress import NullReporter
+from gem_workloads.loader.sources import LocalSource, ObjectInfo, ObstoreSource
+
+
+class Recording:
+    """A LocalSource that records when each ranged read ran and into which buffer."""
+
+    def __init__(self, root: Path, delay: float = 0.0) -> None:
+        self.inner = LocalSource(root)
+        self.name = self.inner.name
+        self.delay = delay
+        self.active = 0
+        self.max_active = 0
+        self.reads: list[tuple[float, float]] = []
+        self.buffers: set[int] = set()
+
+    async def head(self, path: str) -> ObjectInfo:
+        return await self.inner.head(path)
+
+    async def read_range(
+        self, path: str, start: int, end: int, info: ObjectInfo, buf: memoryview | None = None
+    ) -> bytes | memoryview:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        t0 = time.monotonic()
+        try:
+            await asyncio.sleep(self.delay)
+            if buf is not None:
+                self.buffers.add(id(buf.obj))
+            return await self.inner.read_range(path, start, end, info, buf)
+        finally:
+            self.active -= 1
+            self.reads.append((t0, time.monotonic()))
+
+    async def read_all(self, path: str) -> bytes:
+        return await self.inner.read_all(path)
+
+    async def close(self) -> None:
+        return None
+
+
+def _slow_verify_write(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[tuple[str, float, float]]:
+    """Wrap the hash-and-write step so it takes `seconds`; returns (path, start, end) records."""
+    calls: list[tuple[str, float, float]] = []
+    real = download._verify_write
+    lock = threading.Lock()
+
+    def slow(st: Any, *args: Any) -> list[int]:
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        bad = real(st, *args)
+        with lock:
+            calls.append((st.entry.path, t0, time.monotonic()))
+        return bad
+
+    monkeypatch.setattr(download, "_verify_write", slow)
+    return calls
+
+
+async def test_next_get_overlaps_hash_and_write_one_get_per_stream(
+    tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = helpers.make_model(tmp_path / "src", {"model.bin": 16 * helpers.PART})
+    manifest = Manifest.from_json((src / "manifest.json").read_text())
+    calls = _slow_verify_write(monkeypatch, 0.03)
+    source = Recording(src, delay=0.02)
+    staging = tmp_path / "staging"
+    await Downloader(manifest, [("origin", source)], staging, PullConfig(streams=1), NullReporter()).run()
+    assert (staging / "model.bin").read_bytes() == (src / "model.bin").read_bytes()
+    assert source.max_active == 1, "one stream must never have two GETs in flight"
+    assert len(source.buffers) == 2, "a stream reuses exactly two buffers (memory: 2 x streams x request)"
+    overlapped = sum(any(a < r0 < b for _, a, b in calls) for r0, _ in source.reads)
+    assert overlapped >= len(source.reads) // 2, f"only {overlapped} of {len(source.reads)} GETs overlapped a write"
+
+
+async def test_a_file_is_fsynced_when_its_last_part_is_written(
+    tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = helpers.make_model(tmp_path / "src", {"a.bin": 3 * helpers.PART, "b.bin": 12 * helpers.PART})
+    manifest = Manifest.from_json((src / "manifest.json").read_text())
+    writes = _slow_verify_write(monkeypatch, 0.02)
+    synced: list[tuple[int, float]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        synced.append((fd, time.monotonic()))
+
+    monkeypatch.setattr(download.os, "fsync", fsync)
+    d = Downloader(manifest, [("origin", LocalSource(src))], tmp_path / "staging", PullConfig(streams=1), NullReporter())
+    await d.run()
+    fd_a, fd_b = d.files["a.bin"].fd, d.files["b.bin"].fd
+    a_synced = min(t for fd, t in synced if fd == fd_a)
+    assert any(fd == fd_b for fd, _ in synced), "every file is fsynced before the pull returns"
+    last_b_write = max(end for path, _, end in writes if path == "b.bin")
+    assert a_synced < last_b_write, "a.bin's fsync must overlap b.bin's download, not wait for the end"
+
+
+async def test_s3_ranges_are_streamed_into_the_callers_buffer(moto_s3: Any) -> None:
+    body = os.urandom(300_000)
+    moto_s3.client.create_bucket(Bucket="bkt")
+    moto_s3.client.put_object(Bucket="bkt", Key="m/model.bin", Body=body)
+    source = ObstoreSource("s3://bkt/m")
+    info = await source.head("model.bin")
+    buf = memoryview(mmap.mmap(-1, 256 * 1024))
+    data = await source.read_range("model.bin", 1000, 201_000, info, buf)
+    assert isinstance(data, memoryview) and data.obj is buf.obj, "the range must land in the reused buffer"
+    assert bytes(data) == body[1000:201_000]
+    # A buffer too small for the range: the library's own bytes, still correct.
+    small = await source.read_range("model.bin", 0, 300_000, info, buf)
+    assert bytes(small) == body and not (isinstance(small, memoryview) and small.obj is buf.obj)
+
+
+async def test_s3_short_body_is_a_transient_source_error(moto_s3: Any) -> None:
+    """An object shorter than HEAD said (replaced without an ETag): a clear, retryable error."""
+    moto_s3.client.create_bucket(Bucket="bkt")
+    moto_s3.client.put_object(Bucket="bkt", Key="m/model.bin", Body=b"x" * 1000)
+    source = ObstoreSource("s3://bkt/m")
+    real = await source.head("model.bin")
+    liar = ObjectInfo(size=real.size, etag=None)
+    with pytest.raises(SourceError, match=r"short read \(1000 of 4096 bytes\)") as e:
+        await source.read_range("model.bin", 0, 4096, liar, memoryview(mmap.mmap(-1, 4096)))
+    assert e.value.transient
