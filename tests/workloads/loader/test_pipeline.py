@@ -107,7 +107,9 @@ async def test_a_file_is_fsynced_when_its_last_part_is_written(
         synced.append((fd, time.monotonic()))
 
     monkeypatch.setattr(download.os, "fsync", fsync)
-    d = Downloader(manifest, [("origin", LocalSource(src))], tmp_path / "staging", PullConfig(streams=1), NullReporter())
+    d = Downloader(
+        manifest, [("origin", LocalSource(src))], tmp_path / "staging", PullConfig(streams=1), NullReporter()
+    )
     await d.run()
     fd_a, fd_b = d.files["a.bin"].fd, d.files["b.bin"].fd
     a_synced = min(t for fd, t in synced if fd == fd_a)
