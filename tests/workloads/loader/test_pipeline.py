@@ -5,6 +5,7 @@ time per stream, two buffers each), and a file is fsynced as soon as its last pa
 from __future__ import annotations
 
 import asyncio
+import itertools
 import mmap
 import os
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from gem_workloads.loader import download
-from gem_workloads.loader.download import Downloader, PullConfig
+from gem_workloads.loader.download import TAIL_PIECES, Downloader, PullConfig
 from gem_workloads.loader.errors import SourceError
 from gem_workloads.loader.manifest import Manifest
 from gem_workloads.loader.progress import NullReporter
@@ -32,7 +33,9 @@ class Recording:
         self.active = 0
         self.max_active = 0
         self.reads: list[tuple[float, float]] = []
+        self.ranges: list[tuple[int, int]] = []
         self.buffers: set[int] = set()
+        self.corrupt = False
 
     async def head(self, path: str) -> ObjectInfo:
         return await self.inner.head(path)
@@ -47,7 +50,12 @@ class Recording:
             await asyncio.sleep(self.delay)
             if buf is not None:
                 self.buffers.add(id(buf.obj))
-            return await self.inner.read_range(path, start, end, info, buf)
+            self.ranges.append((start, end))
+            data = await self.inner.read_range(path, start, end, info, buf)
+            if self.corrupt:  # a peer that sends wrong bytes
+                data = bytearray(data)
+                data[0] ^= 1
+            return data
         finally:
             self.active -= 1
             self.reads.append((t0, time.monotonic()))
@@ -143,3 +151,38 @@ async def test_s3_short_body_is_a_transient_source_error(moto_s3: Any) -> None:
     with pytest.raises(SourceError, match=r"short read \(1000 of 4096 bytes\)") as e:
         await source.read_range("model.bin", 0, 4096, liar, memoryview(mmap.mmap(-1, 4096)))
     assert e.value.transient
+
+
+async def test_the_last_round_is_split_into_pieces_verified_whole(tmp_path: Path, helpers: Any) -> None:
+    """Six parts over eight streams: each becomes TAIL_PIECES smaller GETs, every byte fetched once."""
+    src = helpers.make_model(tmp_path / "src", {"model.bin": 6 * helpers.PART - 1000})
+    manifest = Manifest.from_json((src / "manifest.json").read_text())
+    source = Recording(src)
+    staging = tmp_path / "staging"
+    cfg = PullConfig(streams=8, min_piece=4096)
+    stats = await Downloader(manifest, [("origin", source)], staging, cfg, NullReporter()).run()
+    assert (staging / "model.bin").read_bytes() == (src / "model.bin").read_bytes()
+    assert len(source.ranges) == 6 * TAIL_PIECES and max(b - a for a, b in source.ranges) < helpers.PART
+    covered = sorted(source.ranges)
+    assert covered[0][0] == 0 and covered[-1][1] == 6 * helpers.PART - 1000
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(covered)), "pieces tile the file exactly"
+    assert stats.fetched == {"origin": 6 * helpers.PART - 1000}
+    # Without the split (or a piece floor above the part size) each part is one GET.
+    plain = Recording(src)
+    cfg = PullConfig(streams=8, min_piece=helpers.PART)
+    await Downloader(manifest, [("origin", plain)], tmp_path / "plain", cfg, NullReporter()).run()
+    assert len(plain.ranges) == 6
+
+
+async def test_a_tail_piece_with_bad_bytes_falls_back_to_the_origin(tmp_path: Path, helpers: Any) -> None:
+    src = helpers.make_model(tmp_path / "src", {"model.bin": 3 * helpers.PART})
+    manifest = Manifest.from_json((src / "manifest.json").read_text())
+    peer = Recording(src)
+    peer.corrupt = True
+    rep = NullReporter()
+    staging = tmp_path / "staging"
+    cfg = PullConfig(streams=4, min_piece=4096)
+    stats = await Downloader(manifest, [("peer", peer), ("origin", LocalSource(src))], staging, cfg, rep).run()
+    assert (staging / "model.bin").read_bytes() == (src / "model.bin").read_bytes()
+    assert stats.fetched == {"origin": 3 * helpers.PART}, "not one byte credited to the bad peer"
+    assert any(e["event"] == "fallback" and "SHA-256 mismatch" in e["reason"] for e in rep.events)

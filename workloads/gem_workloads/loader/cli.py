@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
         "--streams",
         default="32",
         help="concurrent ranged GETs, one connection each (default 32); each stream keeps its next GET in flight "
-        "while its last range is hashed and written, so memory <= 2 x streams x part size",
+        "while its last range is hashed and written, so memory <= 3 x streams x part size (two buffers "
+        "per stream, one more for the last round's finer pieces)",
     )
     pl.add_argument("--part-size", help="bytes per ranged GET; a multiple of the manifest's part size")
     pl.add_argument("--cache", help="node cache directory shared by pulls on this node")

@@ -11,9 +11,14 @@ next one. An object whose version changes at the origin restarts its file from s
 
 Network and disk overlap: each stream has two slots (two reused buffers) that share its one
 connection, so while one slot's range is hashed and written the other's GET is in flight; at
-most one GET per stream, and memory stays at 2 x streams x request size. A file is fsynced as
+most one GET per stream, two buffers each (plus the tail's, below): memory <= 3 x streams x
+request size. A file is fsynced as
 soon as its last part is written, while the others still download, so little is left to flush
 at the end.
+
+The tail is split finer: the last `streams` ranges of the pull are fetched as smaller pieces by
+several streams into one buffer and verified when their part is whole, so no stream idles for a
+whole range while the others finish (at most `streams` such buffers).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import itertools
 import mmap
 import os
 import random
@@ -55,6 +61,10 @@ class PullConfig:
     backoff_base: float = 0.2
     backoff_max: float = 8.0
     max_restarts: int = 3
+    split_tail: bool = True
+    """Fetch the pull's last `streams` ranges as TAIL_PIECES smaller GETs each (see module doc)."""
+    min_piece: int = 1 << 20
+    """Smallest tail piece: below this a request's latency costs more than the idle it saves."""
     direct_io: bool = True
     """Write aligned ranges with O_DIRECT where the filesystem allows it: the page-cache copy
     costs about 1 CPU-second per GB, as much as SHA-256, on nodes whose cores the GPUs need."""
@@ -94,6 +104,30 @@ class _Chunk:
     gen: int
     first: int
     last: int  # exclusive part index
+
+
+@dataclass(eq=False)
+class _Group:
+    """A tail chunk fetched as pieces into one buffer; the last piece to land verifies and writes it."""
+
+    chunk: _Chunk
+    left: int
+    buf: memoryview | None = None
+    failed: bool = False
+    kind: str = "origin"
+
+
+@dataclass(frozen=True, eq=False)
+class _Piece:
+    """Bytes [lo, hi) of a file, one ranged GET smaller than a part; verified with its whole group."""
+
+    group: _Group
+    lo: int
+    hi: int
+
+
+TAIL_PIECES = 4
+"""Pieces per tail range: the last round's idle shrinks about this many times."""
 
 
 def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskFullError:
@@ -176,7 +210,7 @@ class Downloader:
         self.disabled: set[int] = set()
         self.heads: dict[tuple[int, str], ObjectInfo] = {}
         self.files: dict[str, _FileState] = {}
-        self.queue: asyncio.Queue[_Chunk] = asyncio.Queue()
+        self.queue: asyncio.Queue[_Chunk | _Piece] = asyncio.Queue()
         self.pending = 0
         self.finished = asyncio.Event()
         self.error: BaseException | None = None
@@ -188,8 +222,9 @@ class Downloader:
         self.journal = journal
         try:
             await asyncio.to_thread(self._prepare)
-            for st in self.files.values():  # on the loop's thread: asyncio.Queue is not thread-safe
-                self._enqueue_file(st)
+            chunks = [c for st in self.files.values() for c in self._chunks_of(st)]
+            for item in self._split_tail(chunks):  # on the loop's thread: asyncio.Queue is not thread-safe
+                self.queue.put_nowait(item)
             self.reporter.start(
                 self.manifest.total_bytes, len(self.manifest.files), self.stats.resumed, self.manifest.digest
             )
@@ -243,18 +278,46 @@ class Downloader:
             if self.cfg.direct_io and entry.size >= DIRECT_ALIGN:
                 st.dfd = _open_direct(path)
 
-    def _enqueue_file(self, st: _FileState) -> None:
+    def _chunks_of(self, st: _FileState) -> list[_Chunk]:
+        """The file's undone parts as ranged GETs (runs of contiguous parts); counts them as pending."""
         undone = [i for i in range(len(st.entry.parts)) if not self.journal.is_done(st.entry.path, i)]
         self.pending += len(undone) - st.pending
         st.pending = len(undone)
+        out: list[_Chunk] = []
         run: list[int] = []
         for i in undone:
             if run and (i != run[-1] + 1 or len(run) >= self.parts_per_request):
-                self.queue.put_nowait(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
+                out.append(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
                 run = []
             run.append(i)
         if run:
-            self.queue.put_nowait(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
+            out.append(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
+        return out
+
+    def _enqueue_file(self, st: _FileState) -> None:
+        for c in self._chunks_of(st):
+            self.queue.put_nowait(c)
+
+    def _split_tail(self, chunks: list[_Chunk]) -> list[_Chunk | _Piece]:
+        """The last `streams` chunks become pieces, so the final round keeps every stream busy."""
+        n = self.cfg.streams
+        if n < 2 or not self.cfg.split_tail or not chunks:
+            return list(chunks)
+        head, tail = chunks[:-n], chunks[-n:]
+        k = max(TAIL_PIECES, -(-n // len(tail)))  # few chunks, many streams: finer still
+        out: list[_Chunk | _Piece] = list(head)
+        ps = self.manifest.part_size
+        for c in tail:
+            start, end = c.first * ps, min(c.last * ps, self.files[c.path].entry.size)
+            pieces = min(k, (end - start) // max(self.cfg.min_piece, 1))
+            if pieces < 2:
+                out.append(c)
+                continue
+            group = _Group(c, left=pieces)
+            step = (end - start) // pieces // DIRECT_ALIGN * DIRECT_ALIGN or (end - start) // pieces
+            bounds = [start + i * step for i in range(pieces)] + [end]
+            out.extend(_Piece(group, a, b) for a, b in itertools.pairwise(bounds))
+        return out
 
     async def _sync(self) -> None:
         """Wait for the fsyncs started as files completed; fsync the rest (resumed, empty) now."""
@@ -281,12 +344,16 @@ class Downloader:
         # page-aligned and its ranges can be written with O_DIRECT.
         buf = memoryview(bytearray(0))
         while True:
-            chunk = await self.queue.get()
+            item = await self.queue.get()
             try:
+                chunk = item.group.chunk if isinstance(item, _Piece) else item
                 need = (chunk.last - chunk.first) * self.manifest.part_size
                 if len(buf) < need:
                     buf = memoryview(mmap.mmap(-1, need))  # the old one is freed with its last view
-                await self._fetch_chunk(chunk, buf, net)
+                if isinstance(item, _Piece):
+                    await self._fetch_piece(item, buf, net)
+                else:
+                    await self._fetch_chunk(chunk, buf, net)
             except asyncio.CancelledError:
                 raise
             except BaseException as e:
@@ -386,6 +453,54 @@ class Downloader:
                 self.reporter.event("retry", what=f"checksum mismatch in {where}", attempt=attempt + 1)
                 self.heads.pop((idx, chunk.path), None)
         raise SourceError(f"{chunk.path}: no source left to fetch bytes {start}-{end - 1} from")
+
+    async def _fetch_piece(self, piece: _Piece, buf: memoryview, net: asyncio.Lock) -> None:
+        """One tail piece, from the first source still in use. Any failure, and a group whose
+        parts do not hash right, falls back to fetching the chunk whole the normal way (which
+        retries, drops bad peers and restarts changed objects)."""
+        g, chunk = piece.group, piece.group.chunk
+        st = self.files[chunk.path]
+        entry, ps = st.entry, self.manifest.part_size
+        start, end = chunk.first * ps, min(chunk.last * ps, entry.size)
+        if g.buf is None:
+            g.buf = memoryview(mmap.mmap(-1, end - start))
+        target = g.buf[piece.lo - start : piece.hi - start]
+        if not g.failed and chunk.gen == st.gen:
+            idx = next((i for i in range(len(self.sources)) if i not in self.disabled), None)
+            try:
+                if idx is None:
+                    raise SourceError(f"{chunk.path}: no source left")
+                kind, src = self.sources[idx]
+                attempts = self.cfg.max_attempts if idx == len(self.sources) - 1 else self.cfg.peer_attempts
+                info = await self._head(idx, chunk.path, attempts)
+                if info.size != entry.size:
+                    raise SourceError(f"{src.name}: {chunk.path} is {info.size} bytes, not {entry.size}")
+                data = await self._retrying(
+                    functools.partial(self._get, net, src, chunk.path, piece.lo, piece.hi, info, target),
+                    attempts,
+                    f"GET {src.name} {chunk.path} [{piece.lo}, {piece.hi})",
+                )
+                if not (isinstance(data, memoryview) and data.obj is target.obj):
+                    target[:] = data
+                if idx != len(self.sources) - 1:
+                    g.kind = kind
+            except SourceError:
+                g.failed = True
+        g.left -= 1
+        if g.left or chunk.gen != st.gen:
+            return
+        whole, g.buf = g.buf, None
+        if not g.failed:
+            try:
+                bad = await asyncio.to_thread(_verify_write, st, ps, chunk.first, whole, start, True)
+            except OSError as e:
+                if e.errno in FULL_ERRNOS:
+                    raise disk_full(e, self.staging / chunk.path) from None
+                raise
+            if not bad:
+                self._written(st, chunk, end - start, g.kind)
+                return
+        await self._fetch_chunk(chunk, buf, net)
 
     async def _get(
         self,
