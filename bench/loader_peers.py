@@ -84,7 +84,10 @@ def patch_moto_ranges() -> None:
     would be measured. During a ranged GET `key.value` becomes a lazy view whose slice reads
     just that range from the key's buffer.
     """
-    from moto.s3 import models, responses
+    import importlib
+
+    models: Any = importlib.import_module("moto.s3.models")
+    responses: Any = importlib.import_module("moto.s3.responses")
 
     local = threading.local()
 
@@ -109,7 +112,7 @@ def patch_moto_ranges() -> None:
     def value(self: Any) -> Any:
         return RangeValue(self) if getattr(local, "ranged", False) else plain.fget(self)
 
-    models.FakeKey.value = property(value, plain.fset)  # type: ignore[method-assign,assignment]
+    models.FakeKey.value = property(value, plain.fset)
     get_object = responses.S3Response.get_object
     handle_range = responses.S3Response._handle_range_header
 
@@ -126,8 +129,8 @@ def patch_moto_ranges() -> None:
             body = body[:]
         return status, headers, body
 
-    responses.S3Response.get_object = ranged_get_object  # type: ignore[method-assign]
-    responses.S3Response._handle_range_header = ranged_handle  # type: ignore[method-assign]
+    responses.S3Response.get_object = ranged_get_object
+    responses.S3Response._handle_range_header = ranged_handle
 
 
 def serve_moto(port: int) -> None:
@@ -217,25 +220,54 @@ def wait_port(port: int, deadline_s: float = 30.0) -> None:
     raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
 
 
-def start_nginx(work: Path, upstream: int, rate: int) -> tuple[subprocess.Popen[bytes], int, Path]:
-    """nginx's stream proxy in front of moto, `rate` bytes/s per TCP connection, one log line per connection."""
-    port = free_port()
+def start_nginx(work: Path, upstream: int, rate: int, data: Path) -> tuple[subprocess.Popen[bytes], int, int, Path]:
+    """nginx's stream proxy capping every TCP connection at `rate` bytes/s (one log line per
+    connection), in front of an nginx http proxy to moto that keeps client connections alive; and
+    an uncapped http server of the model's directory (the HTTP source's cost)."""
+    port, http_port, front = free_port(), free_port(), free_port()
+    temps = "\n".join(f"  {k}_temp_path {work}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     log = work / "conns.log"
     conf = work / "nginx.conf"
     conf.write_text(
         f"""
 load_module {STREAM_MODULE};
 daemon off;
+{"user root;" if os.geteuid() == 0 else ""}
 worker_processes 1;
 pid {work}/nginx.pid;
 error_log {work}/error.log warn;
 events {{ worker_connections 4096; }}
+http {{
+  default_type application/octet-stream;
+  sendfile on;
+  access_log off;
+  keepalive_requests 1000000;
+{temps}
+  server {{
+    listen 127.0.0.1:{http_port};
+    root {data};
+  }}
+  # Keeps each client connection alive across requests (moto's werkzeug closes every one, and a
+  # fresh connection per request would get the limiter's first-second allowance every time).
+  server {{
+    listen 127.0.0.1:{front} backlog=1024;
+    client_max_body_size 0;
+    location / {{
+      proxy_pass http://127.0.0.1:{upstream};
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 300s;
+    }}
+  }}
+}}
 stream {{
   log_format c '$session_time $bytes_sent';
   access_log {log} c buffer=4k flush=100ms;
   server {{
     listen 127.0.0.1:{port} backlog=1024;
-    proxy_pass 127.0.0.1:{upstream};
+    proxy_pass 127.0.0.1:{front};
     proxy_download_rate {rate};
   }}
 }}
@@ -243,8 +275,9 @@ stream {{
     )
     log.touch()
     proc = subprocess.Popen([NGINX, "-p", str(work), "-e", str(work / "error.log"), "-c", str(conf)])
-    wait_port(port)
-    return proc, port, log
+    for p in (port, http_port, front):
+        wait_port(p)
+    return proc, port, http_port, log
 
 
 def log_lines(log: Path) -> int:
@@ -303,10 +336,16 @@ def child(tool: str, spec: dict[str, Any]) -> None:
     """One client run in this process; prints RESULT {wall, cpu} for the timed window only."""
     endpoint, files, dest, n, part = spec["endpoint"], spec["files"], Path(spec["dest"]), spec["n"], spec["part"]
     if tool == "gem-load":
+        import aiohttp  # noqa: F401  (imports before the timed window, as for every Python client)
+        import obstore.store  # noqa: F401
+
+        import gem_workloads.loader.pull  # noqa: F401
         from gem_workloads.loader.cli import run
 
-        argv = ["pull", f"s3://{BUCKET}/{PREFIX}", str(dest), "--streams", str(n), "--part-size", str(part)]
-        argv += ["--manifest", f"s3://{BUCKET}/{spec['manifest']}", "--progress", "none"]
+        source = spec.get("source", f"s3://{BUCKET}/{PREFIX}")
+        manifest = spec.get("manifest_uri") or f"s3://{BUCKET}/{spec['manifest']}"
+        argv = ["pull", source, str(dest), "--streams", str(n), "--part-size", str(part)]
+        argv += ["--manifest", manifest, "--progress", "none"]
         t, c = time.monotonic(), _cpu()
         rc = run(argv)
         wall, cpu = time.monotonic() - t, _cpu() - c
@@ -327,7 +366,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
             client.download_file(BUCKET, f"{PREFIX}/{name}", str(dest / name), Config=tc)
         wall, cpu = time.monotonic() - t, _cpu() - c
     elif tool == "runai":
-        from runai_model_streamer import SafetensorsStreamer
+        from runai_model_streamer import SafetensorsStreamer  # type: ignore[import-not-found]
 
         tensors: dict[str, Any] = {}
         t, c = time.monotonic(), _cpu()
@@ -393,6 +432,8 @@ class Bench:
 
     def env(self, tool: str, n: int) -> dict[str, str]:
         env = {**os.environ, **ENV, "AWS_ENDPOINT_URL": self.endpoint, "AWS_ENDPOINT_URL_S3": self.endpoint}
+        if tool == "gem-load@base":
+            env["PYTHONPATH"] = str(Path(self.args.baseline_src) / "workloads")
         if tool == "runai":
             part = str(self.args.part)
             env.update(
@@ -443,7 +484,7 @@ class Bench:
                 "data": str(self.data),
             }
             r = subprocess.run(
-                [str(py), __file__, "--child", tool, json.dumps(spec)],
+                [str(py), __file__, "--child", tool.partition("@")[0], json.dumps(spec)],
                 env=self.env(tool, n),
                 capture_output=True,
                 text=True,
@@ -466,7 +507,7 @@ class Bench:
         return Sample(wall, cpu, conns)
 
     def tools(self) -> list[str]:
-        out = ["gem-load"]
+        out = ["gem-load", "gem-load@base"] if self.args.baseline_src else ["gem-load"]
         if "s5cmd" not in self.missing:
             out.append("s5cmd")
         if "runai" not in self.missing:
@@ -508,6 +549,50 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
                 line += f"  {g_rate / rate_gb:25.2f}x  {g_cpu / cpu:5.2f}x"
             print(line)
         print()
+
+
+def per_source(b: Bench, moto_port: int, http_port: int) -> None:
+    """gem-load's CPU per GB from each kind of source, uncapped (8 streams, median of 2 runs)."""
+    n = 8
+    gb = sum(b.sizes.values()) / 1e9
+    kinds = {
+        "s3 (moto)": (
+            f"s3://{BUCKET}/{PREFIX}",
+            f"s3://{BUCKET}/{PREFIX}/manifest.json",
+            f"http://127.0.0.1:{moto_port}",
+        ),
+        "http (nginx)": (f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{http_port}/manifest.json", None),
+        "local path": (str(b.data), str(b.data / "manifest.json"), None),
+    }
+    parts = []
+    for kind, (source, manifest, endpoint) in kinds.items():
+        cpus, walls = [], []
+        for _ in range(2):
+            dest = b.work / "dst"
+            shutil.rmtree(dest, ignore_errors=True)
+            spec = {"endpoint": "", "files": b.names, "dest": str(dest), "n": n, "part": b.args.part}
+            spec.update(source=source, manifest_uri=manifest)
+            env = b.env("gem-load", n)
+            if endpoint:
+                env.update(AWS_ENDPOINT_URL=endpoint, AWS_ENDPOINT_URL_S3=endpoint)
+            r = subprocess.run(
+                [sys.executable, __file__, "--child", "gem-load", json.dumps(spec)],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith(RESULT)]
+            if r.returncode or not lines:
+                raise RuntimeError(f"gem-load from {kind} failed: {r.stderr[-800:]}")
+            for f in b.names:
+                if sha256_file(dest / f) != b.hashes[f]:
+                    raise RuntimeError(f"gem-load from {kind}: {f} differs from the source")
+            res = json.loads(lines[-1][len(RESULT) :])
+            cpus.append(res["cpu"] / gb)
+            walls.append(res["wall"])
+        parts.append(f"{kind} {median(cpus):.2f} CPU-s/GB ({gb / median(walls):.2f} GB/s)")
+    shutil.rmtree(b.work / "dst", ignore_errors=True)
+    print(f"gem-load per source, uncapped, {n} streams: " + "; ".join(parts))
 
 
 def warm_cache(b: Bench) -> None:
@@ -594,7 +679,8 @@ def main_run(args: argparse.Namespace) -> None:
             s3.upload_file(str(data / name), BUCKET, f"{PREFIX}/{name}")
         s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}/manifest.json", Body=manifest.to_json().encode())
         s3.put_object(Bucket=BUCKET, Key="manifest-one.json", Body=one.to_json().encode())
-        nginx, port, log = start_nginx(work, moto_port, rate)
+        (data / "manifest.json").write_text(manifest.to_json())
+        nginx, port, http_port, log = start_nginx(work, moto_port, rate, data)
         procs.append(nginx)
         print(
             f"model: {len(names)} safetensors files, {sum(sizes.values()) / 1e9:.2f} GB (N = 1: the first, "
@@ -614,6 +700,7 @@ def main_run(args: argparse.Namespace) -> None:
             print(f"repetition {rep + 1}/{args.reps} done, load average {os.getloadavg()[0]:.1f}", flush=True)
         print("(byte-identical to the source: every run of every client)")
         report(b, streams, rate)
+        per_source(b, moto_port, http_port)
         if not args.no_cache:
             warm_cache(b)
         print(f"load average at end: {os.getloadavg()}")
@@ -637,6 +724,11 @@ def main() -> None:
     p.add_argument("--part-size", default="16MiB", help="manifest part = ranged GET size for every client")
     p.add_argument("--reps", type=int, default=3, help="repetitions, interleaved (default 3)")
     p.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) / "gem-loader-peers-venv"))
+    p.add_argument(
+        "--baseline-src",
+        default=None,
+        help="an earlier gem-load's tree (the directory holding workloads/), run as 'gem-load@base', interleaved",
+    )
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true")
     p.add_argument("--no-cache", action="store_true", help="skip the warm node-cache comparison")
