@@ -345,7 +345,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         source = spec.get("source", f"s3://{BUCKET}/{PREFIX}")
         manifest = spec.get("manifest_uri") or f"s3://{BUCKET}/{spec['manifest']}"
         argv = ["pull", source, str(dest), "--streams", str(n), "--part-size", str(part)]
-        argv += ["--manifest", manifest, "--progress", "none"]
+        argv += ["--manifest", manifest, "--progress", "json"]  # events on stderr: retries are counted
         t, c = time.monotonic(), _cpu()
         rc = run(argv)
         wall, cpu = time.monotonic() - t, _cpu() - c
@@ -494,6 +494,9 @@ class Bench:
                 raise RuntimeError(f"{tool} N={n} failed ({r.returncode}): {(r.stderr or r.stdout)[-800:]}")
             res = json.loads(lines[-1][len(RESULT) :])
             wall, cpu = res["wall"], res["cpu"]
+            retries = r.stderr.count('"event": "retry"') + r.stderr.count('"event":"retry"')
+            if retries and self.args.verbose:
+                print(f"  ({tool} N={n}: {retries} retries: {r.stderr.strip().splitlines()[-1][:300]})")
         time.sleep(0.15)  # nginx flushes its connection log every 100 ms
         conns = log_lines(self.conns_log) - before
         if tool != "runai":  # the streamer checked its tensors itself
@@ -512,7 +515,9 @@ class Bench:
             out.append("s5cmd")
         if "runai" not in self.missing:
             out.append("runai")
-        return [*out, "boto3", "boto3-tuned"]
+        out += ["boto3", "boto3-tuned"]
+        wanted = self.args.clients.split(",") if self.args.clients else out
+        return [t for t in out if t in wanted]
 
     def nbytes(self, n: int) -> int:
         return sum(self.sizes[f] for f in self.files_for(n))
@@ -729,6 +734,7 @@ def main() -> None:
         default=None,
         help="an earlier gem-load's tree (the directory holding workloads/), run as 'gem-load@base', interleaved",
     )
+    p.add_argument("--clients", default="", help="comma-separated subset of the clients (default: all)")
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true")
     p.add_argument("--no-cache", action="store_true", help="skip the warm node-cache comparison")
