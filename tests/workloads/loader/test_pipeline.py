@@ -168,7 +168,8 @@ async def test_s3_short_body_is_a_transient_source_error(moto_s3: Any) -> None:
 
 
 async def test_the_last_round_is_split_into_pieces_verified_whole(tmp_path: Path, helpers: Any) -> None:
-    """Six parts over eight streams: each becomes TAIL_PIECES smaller GETs, every byte fetched once."""
+    """Six parts over eight streams: each becomes two smaller GETs (12 for 8 streams), every byte once;
+    nine parts over eight streams: the one of the final round becomes TAIL_PIECES."""
     src = helpers.make_model(tmp_path / "src", {"model.bin": 6 * helpers.PART - 1000})
     manifest = Manifest.from_json((src / "manifest.json").read_text())
     source = Recording(src)
@@ -176,11 +177,17 @@ async def test_the_last_round_is_split_into_pieces_verified_whole(tmp_path: Path
     cfg = PullConfig(streams=8, min_piece=4096)
     stats = await Downloader(manifest, [("origin", source)], staging, cfg, NullReporter()).run()
     assert (staging / "model.bin").read_bytes() == (src / "model.bin").read_bytes()
-    assert len(source.ranges) == 6 * TAIL_PIECES and max(b - a for a, b in source.ranges) < helpers.PART
+    assert len(source.ranges) == 12 and max(b - a for a, b in source.ranges) < helpers.PART
     covered = sorted(source.ranges)
     assert covered[0][0] == 0 and covered[-1][1] == 6 * helpers.PART - 1000
     assert all(b == c for (_, b), (c, _) in itertools.pairwise(covered)), "pieces tile the file exactly"
     assert stats.fetched == {"origin": 6 * helpers.PART - 1000}
+    nine = helpers.make_model(tmp_path / "nine", {"model.bin": 9 * helpers.PART})
+    source = Recording(nine)
+    m9 = Manifest.from_json((nine / "manifest.json").read_text())
+    await Downloader(m9, [("origin", source)], tmp_path / "s9", cfg, NullReporter()).run()
+    assert len(source.ranges) == 8 + TAIL_PIECES
+    assert (tmp_path / "s9" / "model.bin").read_bytes() == (nine / "model.bin").read_bytes()
     # Without the split (or a piece floor above the part size) each part is one GET.
     plain = Recording(src)
     cfg = PullConfig(streams=8, min_piece=helpers.PART)

@@ -15,9 +15,9 @@ most one GET per stream, two buffers each (plus the tail's, below): memory <= 3 
 request size. A file is fsynced as soon as its last part is written, while the others still
 download, so little is left to flush at the end.
 
-The tail is split finer: the last `streams` ranges of the pull are fetched as smaller pieces by
-several streams into one buffer and verified when their part is whole, so no stream idles for a
-whole range while the others finish (at most `streams` such buffers).
+The tail is split finer: the ranges of the pull's final, partial round are fetched as smaller
+pieces by several streams into one buffer and verified when their part is whole, so no stream
+idles for a whole range while the others finish (fewer than `streams` such buffers).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class _Piece:
 
 
 TAIL_PIECES = 4
-"""Pieces per tail range: the last round's idle shrinks about this many times."""
+"""At most this many pieces per tail range: the last round's idle shrinks up to this many times."""
 
 
 def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskFullError:
@@ -313,12 +313,15 @@ class Downloader:
             self.queue.put_nowait(c)
 
     def _split_tail(self, chunks: list[_Chunk]) -> list[_Chunk | _Piece]:
-        """The last `streams` chunks become pieces, so the final round keeps every stream busy."""
+        """The final round's r = C mod N chunks (all C when C < N) become pieces, about N in all,
+        so every stream has work while the round finishes; a full final round is left whole (its
+        pieces would only add requests)."""
         n = self.cfg.streams
-        if n < 2 or not self.cfg.split_tail or not chunks:
+        r = len(chunks) % n if len(chunks) >= n else len(chunks)
+        if n < 2 or not self.cfg.split_tail or r == 0:
             return list(chunks)
-        head, tail = chunks[:-n], chunks[-n:]
-        k = max(TAIL_PIECES, -(-n // len(tail)))  # few chunks, many streams: finer still
+        head, tail = chunks[:-r], chunks[-r:]
+        k = min(TAIL_PIECES, -(-n // r))
         out: list[_Chunk | _Piece] = list(head)
         ps = self.manifest.part_size
         for c in tail:
