@@ -207,3 +207,12 @@ async def test_a_tail_piece_with_bad_bytes_falls_back_to_the_origin(tmp_path: Pa
     assert (staging / "model.bin").read_bytes() == (src / "model.bin").read_bytes()
     assert stats.fetched == {"origin": 3 * helpers.PART}, "not one byte credited to the bad peer"
     assert any(e["event"] == "fallback" and "SHA-256 mismatch" in e["reason"] for e in rep.events)
+
+
+async def test_ranges_go_to_idle_streams_first(tmp_path: Path, helpers: Any) -> None:
+    """Four ranges over four streams: four GETs at once, not two streams with two ranges each."""
+    src = helpers.make_model(tmp_path / "src", {"model.bin": 4 * helpers.PART})
+    manifest = Manifest.from_json((src / "manifest.json").read_text())
+    source = Recording(src, delay=0.2)
+    await Downloader(manifest, [("origin", source)], tmp_path / "staging", PullConfig(streams=4), NullReporter()).run()
+    assert source.max_active == 4

@@ -129,6 +129,20 @@ TAIL_PIECES = 4
 """At most this many pieces per tail range: the last round's idle shrinks up to this many times."""
 
 
+class _Conn:
+    """A stream's one connection, shared by its two slots. `lock`: one GET at a time. `free`: no
+    range taken whose GET is still to come, so a slot takes a new range only then (ranges go to
+    streams whose connection is free, not to the second slot of a busy stream while another
+    stream idles). `turn`: one slot of the stream waits on the queue at a time. A slot waiting
+    on the queue holds neither `lock` nor `free`, so a retry's GET never waits for new work."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.turn = asyncio.Lock()
+        self.free = asyncio.Event()
+        self.free.set()
+
+
 def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskFullError:
     """ENOSPC, EDQUOT and EFBIG all mean the same to a user: this much did not fit here."""
     extra = f" (needs {need} bytes)" if need is not None else ""
@@ -353,7 +367,7 @@ class Downloader:
     async def _worker(self) -> None:
         """One stream: two slots share its connection (`net` admits one GET at a time), so the
         next GET is in flight while the previous range is hashed and written."""
-        net = asyncio.Lock()
+        net = _Conn()
         await asyncio.gather(self._slot(net), self._slot(net))
 
     def _take(self) -> memoryview:
@@ -368,9 +382,12 @@ class Downloader:
         assert isinstance(buf.obj, mmap.mmap)
         self.spare.append(buf.obj)
 
-    async def _slot(self, net: asyncio.Lock) -> None:
+    async def _slot(self, net: _Conn) -> None:
         while True:
-            item = await self.queue.get()
+            async with net.turn:
+                await net.free.wait()
+                item = await self.queue.get()
+                net.free.clear()
             try:
                 if isinstance(item, _Piece):
                     await self._fetch_piece(item, net)
@@ -385,6 +402,7 @@ class Downloader:
             except BaseException as e:
                 self._fail(e)
             finally:
+                net.free.set()
                 self.queue.task_done()
 
     async def _retrying(self, fn: Callable[[], Awaitable[T]], attempts: int, what: str) -> T:
@@ -423,7 +441,7 @@ class Downloader:
             self.disabled.add(idx)
             self.reporter.event("fallback", source=self.sources[idx][1].name, reason=reason[:300])
 
-    async def _fetch_chunk(self, chunk: _Chunk, buf: memoryview | None = None, net: asyncio.Lock | None = None) -> None:
+    async def _fetch_chunk(self, chunk: _Chunk, buf: memoryview | None = None, net: _Conn | None = None) -> None:
         st = self.files[chunk.path]
         if chunk.gen != st.gen:
             return
@@ -490,7 +508,7 @@ class Downloader:
                 self.heads.pop((idx, chunk.path), None)
         raise SourceError(f"{chunk.path}: no source left to fetch bytes {start}-{end - 1} from")
 
-    async def _fetch_piece(self, piece: _Piece, net: asyncio.Lock) -> None:
+    async def _fetch_piece(self, piece: _Piece, net: _Conn) -> None:
         """One tail piece, from the first source still in use. Any failure, and a group whose
         parts do not hash right, falls back to fetching the chunk whole the normal way (which
         retries, drops bad peers and restarts changed objects)."""
@@ -545,7 +563,7 @@ class Downloader:
 
     async def _get(
         self,
-        net: asyncio.Lock | None,
+        net: _Conn | None,
         src: Source,
         path: str,
         start: int,
@@ -556,8 +574,11 @@ class Downloader:
         """One ranged GET, holding the stream's connection only while bytes arrive (not in backoff)."""
         if net is None:
             return await src.read_range(path, start, end, info, buf)
-        async with net:
-            return await src.read_range(path, start, end, info, buf)
+        try:
+            async with net.lock:
+                return await src.read_range(path, start, end, info, buf)
+        finally:
+            net.free.set()  # the bytes are in: the stream's other slot may take the next range
 
     def _written(self, st: _FileState, chunk: _Chunk, nbytes: int, kind: str) -> None:
         if chunk.gen != st.gen:
