@@ -30,7 +30,7 @@ environment's packages, torch included, through a .pth file, so no second torch 
 a peer that cannot be installed is skipped with a message. CPU-seconds per GB hold on a shared
 machine; throughput does not: read the load average printed at start and end.
 
-    python bench/loader_peers.py                 # 768 MB, about 8 minutes on 2 cores
+    python bench/loader_peers.py                 # 512 MB, about 10 minutes on 2 shared cores
     python bench/loader_peers.py --size 1.6GB    # the full-size model
 """
 
@@ -517,7 +517,7 @@ def main_run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", default="768MB", help="model bytes (default 768MB; the full-size model is 1.6GB)")
+    p.add_argument("--size", default="512MB", help="model bytes (default 512MB; the full-size model is 1.6GB)")
     p.add_argument("--files", type=int, default=4, help="safetensors shards (default 4)")
     p.add_argument("--rate-mb", type=float, default=20.0, help="per-connection cap R in MB/s (default 20)")
     p.add_argument("--streams", default="1,8,16,32", help="connection counts N (default 1,8,16,32)")
