@@ -45,7 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("source", metavar="SOURCE", help="s3://bucket/prefix, gs://..., http(s)://..., or a path")
     pl.add_argument("dest", metavar="DEST")
     pl.add_argument("--manifest", help="manifest URI (default SOURCE/manifest.json)")
-    pl.add_argument("--streams", default="32", help="concurrent ranged GETs (default 32; memory ~ streams x part size)")
+    pl.add_argument(
+        "--streams",
+        default="32",
+        help="concurrent ranged GETs, one connection each (default 32); each stream keeps its next GET in flight "
+        "while its last range is hashed and written, so memory <= 3 x streams x part size (two buffers "
+        "per stream, one more for the last round's finer pieces)",
+    )
     pl.add_argument("--part-size", help="bytes per ranged GET; a multiple of the manifest's part size")
     pl.add_argument("--cache", help="node cache directory shared by pulls on this node")
     pl.add_argument("--cache-high", default="80%", help="evict above this (bytes or %% of the cache fs)")
