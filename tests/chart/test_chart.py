@@ -126,8 +126,11 @@ def test_deployment_runs_two_peered_replicas_with_probes(chart: helm.Chart) -> N
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 8080, "metrics": 9090}
     assert c["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"} and c["resources"]["limits"]["memory"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert env["GEM_RESYNC_SECONDS"] == "10"
+    # A distinct peering priority per pod (equal priorities pause every replica).
+    uid = next(e for e in c["env"] if e["name"] == "GEM_POD_UID")
+    assert uid["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     peering = one(docs, "KopfPeering")
     assert peering["metadata"] == {**peering["metadata"], "name": "gem-operator", "namespace": NAMESPACE}
     assert peering["apiVersion"] == "kopf.dev/v1"
@@ -318,7 +321,7 @@ def test_image_by_digest_and_overrides(chart: helm.Chart) -> None:
     c = pod["containers"][0]
     assert c["image"] == f"registry.example:5000/gem/gem-operator@{digest}"
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
-    assert {e["name"]: e["value"] for e in c["env"]}["GEM_RESYNC_SECONDS"] == "2.5"
+    assert {e["name"]: e.get("value") for e in c["env"]}["GEM_RESYNC_SECONDS"] == "2.5"
     assert "--metrics-port=9191" in c["args"]
     assert c["resources"]["limits"] == {"cpu": 2, "memory": "2Gi"}
     assert pod["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}

@@ -108,24 +108,45 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from gem_operator.cli.operator import OperatorOptions, run_foreground
+    import logging
+    import os
+
+    from gem_operator.cli.logs import configure_logging
+    from gem_operator.cli.operator import OperatorOptions, default_priority, run_foreground
 
     if not args.namespace and not args.all_namespaces:
         print("gemop run: pass --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
         return 2
+    if args.priority is not None and not 0 <= args.priority <= 2**31 - 1:
+        print("gemop run: --priority must be between 0 and 2147483647", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, args.log_format)
     if args.metrics_port:
-        import os
-
         os.environ["GEM_METRICS_PORT"] = str(args.metrics_port)
-    run_foreground(
-        OperatorOptions(
-            namespaces=args.namespace or (),
-            clusterwide=args.all_namespaces,
-            standalone=args.standalone,
-            peering_name=None if args.standalone else args.peering,
-            liveness_endpoint=args.liveness,
-        )
+    priority = args.priority if args.priority is not None else default_priority()
+    opts = OperatorOptions(
+        namespaces=args.namespace or (),
+        clusterwide=args.all_namespaces,
+        standalone=args.standalone,
+        peering_name=None if args.standalone else args.peering,
+        liveness_endpoint=args.liveness,
+        priority=priority,
     )
+    from gem_operator.controllers.settings import PEERING_LIFETIME
+
+    peering = (
+        "standalone"
+        if args.standalone
+        else f"peering {args.peering} (priority {priority}, lifetime {PEERING_LIFETIME} s)"
+    )
+    logging.getLogger("gem_operator").info(
+        "gem-operator %s starting: namespaces %s; %s; liveness %s",
+        __version__,
+        "all" if args.all_namespaces else ",".join(args.namespace),
+        peering,
+        args.liveness,
+    )
+    run_foreground(opts)
     return 0
 
 
@@ -184,6 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-A", "--all-namespaces", action="store_true", help="serve the whole cluster")
     run.add_argument("--standalone", action="store_true", help="no peering (only one replica may run)")
     run.add_argument("--peering", default="gem-operator", help="kopf peering object name")
+    run.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority; the highest live replica acts (default: distinct per replica, from "
+        "$GEM_POD_UID or random, since equal priorities pause every replica)",
+    )
+    run.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    run.add_argument("--log-format", default="text", choices=("text", "json"), help="stderr lines as text or JSON")
     run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
     run.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics (0 disables)")
     run.set_defaults(func=_cmd_run)

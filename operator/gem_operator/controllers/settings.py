@@ -18,6 +18,12 @@ RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("GEM_METRICS_PORT", "0"))
 # Model-cache peers for the loader (the chart's cache Service when its DaemonSet is enabled).
 MODEL_PEERS: tuple[str, ...] = tuple(u for u in os.environ.get("GEM_MODEL_PEERS", "").split(",") if u)
+# Seconds a replica's peering record stays valid. kopf re-touches it 5-10 s before it expires, so
+# a paused replica takes over from a `kill -9`ed leader within about this long. Shorter means a
+# faster takeover but a keep-alive PATCH every few seconds, and a leader that cannot reach the API
+# for longer than this (a long GC pause, an API outage) is presumed dead and a second replica
+# starts acting beside it; kopf's default of 60 s errs the other way.
+PEERING_LIFETIME = int(os.environ.get("GEM_PEERING_LIFETIME", "15"))
 
 
 @kopf.on.startup()
@@ -28,6 +34,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: An
     )
     settings.persistence.finalizer = "gem.dev/finalizer"
     settings.posting.level = logging.WARNING
+    settings.peering.lifetime = PEERING_LIFETIME
+    settings.peering.stealth = True  # keep-alives every few seconds would drown the log
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 30
     # A deleted pool's resync timer may be mid-pass (waiting on Prometheus); kopf releases the
