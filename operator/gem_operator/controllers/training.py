@@ -294,7 +294,11 @@ class TrainingPass:
                     "v1", "Pod", pod["metadata"]["name"], self.ctx.namespace, {"spec": {"schedulingGates": gates}}
                 )
 
-        await asyncio.gather(*(ungate(p) for p in gated))
+        settled = await asyncio.gather(*(ungate(p) for p in gated), return_exceptions=True)
+        errors = [r for r in settled if isinstance(r, BaseException)]
+        if errors:
+            self.outcome.progress.append(f"{len(gated) - len(errors)}/{len(gated)} pods ungated")
+            raise errors[0]
         if gated:
             self.event("Normal", "Ungated", f"all {len(pods)} pods exist: scheduling gates removed")
 
