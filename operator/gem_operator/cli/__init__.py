@@ -37,27 +37,9 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    import yaml
+    from gem_operator.cli.validate import run_validate
 
-    from gem_operator.api.schema_check import validate_manifest
-
-    failed = 0
-    for path in args.files:
-        try:
-            docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
-        except (OSError, yaml.YAMLError) as exc:
-            print(f"{path}: cannot read: {exc}", file=sys.stderr)
-            failed += 1
-            continue
-        for doc in docs:
-            name = f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
-            errors = validate_manifest(doc)
-            for error in errors:
-                print(f"{path}: {name}: {error}", file=sys.stderr)
-            failed += bool(errors)
-            if not errors:
-                print(f"{path}: {name}: valid")
-    return 1 if failed else 0
+    return run_validate(args.files)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -224,7 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     crds.set_defaults(func=_cmd_crds)
 
     validate = sub.add_parser("validate", help="check manifests against the CRDs and the operator's rules")
-    validate.add_argument("files", nargs="+", help="YAML files with GEMTraining/RankingService/SolarisPrecompute")
+    validate.add_argument(
+        "files", nargs="+", help="YAML/JSON files or directories (multi-document, kind: List; - for stdin)"
+    )
     validate.set_defaults(func=_cmd_validate)
 
     plan = sub.add_parser("plan", help="what-if: place a GEMTraining on a nodes file (or a sim fleet)")
