@@ -83,7 +83,7 @@ def _common(kind: str) -> list[Case]:
             ("workload", "env"),
             [{"name": f"V{i}", "value": "x"} for i in range(65)],
             "workload.env",
-        ),  # fmt: skip
+        ),
         Case(f"{k}-env-bad-name", kind, ("workload", "env"), [{"name": "1-bad", "value": "x"}], "workload.env[0].name"),
         Case(f"{k}-args-too-many", kind, ("workload", "args"), [str(i) for i in range(65)], "workload.args"),
         Case(f"{k}-arg-too-long", kind, ("workload", "args"), ["a" * 5000], "workload.args[0]"),
@@ -93,14 +93,14 @@ def _common(kind: str) -> list[Case]:
             ("workload", "resources", "requests", "cpu"),
             "lots",
             "workload.resources.requests.cpu",
-        ),  # fmt: skip
+        ),
         Case(
             f"{k}-memory-bool",
             kind,
             ("workload", "resources", "limits", "memory"),
             True,
             "workload.resources.limits.memory",
-        ),  # fmt: skip
+        ),
         Case(f"{k}-sa-too-long", kind, ("workload", "serviceAccountName"), "s" * 300, "workload.serviceAccountName"),
         Case(f"{k}-unknown-top", kind, ("replicaz",), 3, "replicaz"),
         Case(f"{k}-deep-600", kind, ("workload", "extra"), deep(600), "workload.extra"),
@@ -127,7 +127,7 @@ def _pool(kind: str) -> list[Case]:
             ("model", "credentialsSecretRef", "name"),
             "Bad_Name",
             "model.credentialsSecretRef.name",
-        ),  # fmt: skip
+        ),
         Case(f"{k}-min-over-max", kind, ("autoscaling", "minReplicas"), 50, "autoscaling"),
         Case(f"{k}-target-range", kind, ("autoscaling", "targetSmActive"), 1.5, "autoscaling.targetSmActive"),
         Case(f"{k}-enabled-str", kind, ("autoscaling", "enabled"), "true", "autoscaling.enabled"),
@@ -138,7 +138,7 @@ def _pool(kind: str) -> list[Case]:
             ("autoscaling", "metrics", "prometheus", "url"),
             "prometheus:9090",
             "autoscaling.metrics.prometheus.url",
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -168,21 +168,21 @@ CASES: tuple[Case, ...] = (
         ("topology", "tiers"),
         [{"name": f"t{i}", "label": f"l/{i}"} for i in range(9)],
         "topology.tiers",
-    ),  # fmt: skip
+    ),
     Case(
         "gem-tier-label-long",
         "GEMTraining",
         ("topology", "tiers"),
         [{"name": "host", "label": "l" * 400}],
         "topology.tiers[0].label",
-    ),  # fmt: skip
+    ),
     Case(
         "gem-placement-dimension",
         "GEMTraining",
         ("topology", "placement"),
         [{"dimension": "zz", "tier": "host"}],
         "topology.placement[0].dimension",
-    ),  # fmt: skip
+    ),
     Case("gem-rendezvous-port", "GEMTraining", ("rendezvousPort",), 80, "rendezvousPort"),
     *_common("RankingService"),
     *_pool("RankingService"),
