@@ -14,8 +14,9 @@ from typing import Any
 import kopf
 
 from gem_operator.api.kinds import GEM_TRAINING
-from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
+from gem_operator.api.training import GEMTrainingSpec, Parallelism, PlacementSummary
 from gem_operator.controllers import gang
+from gem_operator.controllers.offload import offload
 from gem_operator.controllers.reconcile import (
     APPLY_CONCURRENCY,
     Outcome,
@@ -27,7 +28,7 @@ from gem_operator.controllers.reconcile import (
 from gem_operator.controllers.settings import MODEL_PEERS, RESYNC_SECONDS
 from gem_operator.controllers.status import observe_gang, training_phase
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
-from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, render_training
+from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, TrainingChildren, render_training
 from gem_operator.topology import (
     Infeasible,
     Placement,
@@ -37,6 +38,11 @@ from gem_operator.topology import (
 )
 
 INFO = GEM_TRAINING
+# A ConfigMap holds at most 1 MiB (data and metadata together); keep room for the metadata.
+CONFIG_MAP_LIMIT = 1024 * 1024 - 16 * 1024
+
+
+_ONE_RANK = Parallelism()
 
 
 def _stamp(when: datetime) -> str:
@@ -64,6 +70,25 @@ class TrainingPass:
 
     def condition(self, type_: str, status: str, reason: str, message: str) -> None:
         self.outcome.draft.condition(type_, status, reason, message)
+
+    async def render(self, spec: GEMTrainingSpec, **kwargs: Any) -> TrainingChildren | None:
+        """The children, rendered off the event loop; None (and a condition) if the ConfigMap cannot fit."""
+        children = await offload("rendering the gang", render_training, self.owner, spec, **kwargs)
+        size = sum(len(v) for v in (children.config.get("data") or {}).values())
+        if size > CONFIG_MAP_LIMIT:
+            message = (
+                f"the rank map and config of {spec.num_nodes} pods take {size / 2**20:.1f} MiB, more than the "
+                f"1 MiB a ConfigMap holds; lower the world size (at most about "
+                f"{spec.num_nodes * CONFIG_MAP_LIMIT // size} pods fit)"
+            )
+            self.fields["phase"] = "Pending"
+            self.condition("Placed", "False", "RankMapTooLarge", message)
+            self.condition("Ready", "False", "RankMapTooLarge", message)
+            old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
+            if old.get("message") != message:
+                self.event("Warning", "RankMapTooLarge", message)
+            return None
+        return children
 
     async def pods(self) -> list[dict[str, Any]]:
         return await self.ctx.kube.list("v1", "Pod", self.ctx.namespace, self.labels)
@@ -136,8 +161,7 @@ class TrainingPass:
             for name, node in nodes.items()
             for labels in [node["metadata"].get("labels") or {}]
         }
-        children = render_training(
-            self.owner,
+        children = await self.render(
             spec,
             node_names=node_names,
             node_topology=topology,
@@ -146,6 +170,9 @@ class TrainingPass:
             embedding_sharding_group=placement.get("embeddingShardingGroup"),
             peers=MODEL_PEERS,
         )
+        if children is None:
+            await self.delete_pods()
+            return
         observed = {"Pod": {p["metadata"]["name"]: p for p in pods}}
         await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
         keep = {p["metadata"]["name"] for p in children.pods}
@@ -158,12 +185,14 @@ class TrainingPass:
 
     async def suspend(self, pods: list[dict[str, Any]]) -> None:
         """Suspended: no pods, no placement (Kueue admits by flipping spec.suspend)."""
-        children = render_training(self.owner, self.spec)
-        await apply_children(self.ctx, INFO, children.all(), self.outcome)
+        children = await self.render(self.spec)
+        if children is not None:
+            await apply_children(self.ctx, INFO, children.all(), self.outcome)
         if pods:
             await self.delete_pods()
         self.fields["placement"] = None
-        self.condition("Placed", "False", "Suspended", "spec.suspend is true")
+        if children is not None:
+            self.condition("Placed", "False", "Suspended", "spec.suspend is true")
         training_phase(self.outcome.draft, observe_gang(0, []), suspended=True)
         if self.status.get("phase") != "Suspended":
             self.event("Normal", "Suspended", "spec.suspend is true: the gang's pods were removed")
@@ -234,7 +263,7 @@ class TrainingPass:
             for p in all_pods
             if p["metadata"].get("namespace") != self.ctx.namespace or p["metadata"]["name"] not in mine
         ]
-        view = cluster_view_from_objects(list(nodes.values()), others)
+        view = await offload("reading the cluster", cluster_view_from_objects, list(nodes.values()), others)
         excluded = frozenset(fields.get("excludedNodes") or [])
         if valid:
             # Replica-group restart: keep the hosts that are fine, plan the missing ranks as a sub-gang.
@@ -243,14 +272,18 @@ class TrainingPass:
                 update={"parallelism": spec.parallelism.model_copy(update={"dp_replicate": 1, "world_size": None})}
             )
             taken = frozenset(n for n in current if n)
-            result = plan_gang(sub, view, exclude_nodes=excluded | taken) if len(missing) == sub.num_nodes else None
+            result = (
+                await offload("planning the replica group", plan_gang, sub, view, exclude_nodes=excluded | taken)
+                if len(missing) == sub.num_nodes
+                else None
+            )
             if isinstance(result, Placement):
                 for r, host in zip(missing, result.nodes, strict=True):
                     current[r] = host
                 fields["placement"] = {**placement, "nodes": current}
                 self.event("Normal", "Placed", f"replica group re-placed on {', '.join(result.nodes)}")
                 return list(current)
-        result_full = plan_gang(spec, view, exclude_nodes=excluded)
+        result_full = await offload("planning the gang", plan_gang, spec, view, exclude_nodes=excluded)
         if isinstance(result_full, Infeasible):
             message = "; ".join([result_full.reason, *result_full.details])
             fields["phase"] = "Pending"
@@ -261,14 +294,13 @@ class TrainingPass:
             old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
             if old.get("message") != message:
                 self.event("Warning", "PlacementFailed", message)
-            # All-or-nothing: no pod is created for a gang that cannot be placed whole.
+            # All-or-nothing: no pod is created for a gang that cannot be placed whole, and no rank
+            # map is rendered for it (there are no ranks to map): only the rendezvous Service.
             await self.delete_pods()
-            await apply_children(
-                self.ctx,
-                INFO,
-                render_training(self.owner, spec.model_copy(update={"suspend": True})).all(),
-                self.outcome,
-            )
+            service = render_training(
+                self.owner, spec.model_copy(update={"suspend": True, "parallelism": _ONE_RANK})
+            ).service
+            await apply_children(self.ctx, INFO, [service], self.outcome)
             return None
         summary: PlacementSummary = result_full.summary()
         summary.spec_key = key
