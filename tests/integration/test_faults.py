@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,27 +68,3 @@ def test_a_call_that_keeps_failing_is_reported_in_status_and_retried_within_seco
         lambda: condition(status(cluster, "RankingService", "ads-ranker"), "Degraded").get("status") == "False",
         timeout=20,
     )
-
-
-def test_resources_converge_with_ten_percent_of_calls_failing(
-    cluster: EmbeddedCluster, proxy: FaultProxy, faulty_operator: OperatorThread
-) -> None:
-    proxy.spec = FaultSpec.uniform(0.10, cut_watches_after=3.0, seed=7)
-    training = sample("gemtraining.yaml")
-    cluster.apply(training)
-    cluster.apply(sample("rankingservice.yaml"))
-    started = time.monotonic()
-    cluster.wait_for(lambda: status(cluster, "RankingService", "ads-ranker").get("phase") == "Ready", timeout=60)
-    cluster.wait_for(lambda: status(cluster, "GEMTraining", "gem-pretrain").get("phase") == "Running", timeout=90)
-    elapsed = time.monotonic() - started
-    pods = cluster.list("v1", "Pod", "default", {"gem.dev/instance": "gem-pretrain"})
-    assert len(pods) == 4 and all(not p["spec"].get("schedulingGates") for p in pods)
-    assert len({p["spec"]["nodeName"] for p in pods}) == 4
-    assert proxy.counts["500"] and proxy.counts["429"] and proxy.counts["409"]
-    # A spec change converges as well.
-    changed = copy.deepcopy(training)
-    changed["spec"]["suspend"] = True
-    cluster.apply(changed)
-    cluster.wait_for(lambda: status(cluster, "GEMTraining", "gem-pretrain").get("phase") == "Suspended", timeout=60)
-    cluster.wait_for(lambda: not cluster.list("v1", "Pod", "default", {"gem.dev/instance": "gem-pretrain"}), timeout=30)
-    print(f"converged in {elapsed:.1f} s under 10 % faults; proxy counts {dict(proxy.counts)}")

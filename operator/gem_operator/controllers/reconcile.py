@@ -194,17 +194,34 @@ async def _reconcile(
             await kind_pass(ctx, spec, outcome)
     except Exception as exc:
         metrics.RECONCILES.labels(info.kind, "error").inc()
-        _failed(info, body, patch, memo, outcome, old_status, now, generation, exc)
+        await _failed(info, body, memo, outcome, old_status, now, generation, exc)
     finally:
         metrics.RECONCILE_SECONDS.labels(info.kind).observe(time.perf_counter() - started)
     memo["failures"] = 0
     metrics.RECONCILES.labels(info.kind, outcome.result).inc()
     if any(c.get("type") == "Degraded" and c.get("status") == "True" for c in old_status.get("conditions") or []):
         outcome.draft.condition("Degraded", "False", "Reconciled", "the last pass completed")
-    for key, value in status_changes(old_status, outcome.draft.to_status()).items():
-        patch.status[key] = value
+    await write_status(memo.kube, info, body, status_changes(old_status, outcome.draft.to_status()))
     for type_, reason, message in outcome.events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
+
+
+async def write_status(kube: KubeApi, info: KindInfo, body: Mapping[str, Any], changes: Mapping[str, Any]) -> None:
+    """Merge-patch /status through the kube seam (retried), not through kopf's ``patch``.
+
+    kopf applies a timer's patch itself, and a failed status PATCH there (a 409 from a busy API
+    server) ends the whole operator; here it is retried like any call, and a failure fails only
+    this pass.
+    """
+    if not changes:
+        return
+    meta = body.get("metadata", {})
+    name, namespace = meta["name"], meta.get("namespace", "default")
+    try:
+        await kube.patch_merge(info.api_version, info.kind, name, namespace, {"status": dict(changes)}, status=True)
+    except KubeCallError as exc:
+        if exc.code != 404:  # deleted meanwhile: nothing to report on
+            raise
 
 
 def requeue_delay(failures: int, rng: Callable[[], float] = random.random) -> float:
@@ -213,10 +230,9 @@ def requeue_delay(failures: int, rng: Callable[[], float] = random.random) -> fl
     return full / 2 + rng() * full / 2
 
 
-def _failed(
+async def _failed(
     info: KindInfo,
     body: kopf.Body,
-    patch: kopf.Patch,
     memo: kopf.Memo,
     outcome: Outcome,
     old_status: Mapping[str, Any],
@@ -255,7 +271,9 @@ def _failed(
         draft.condition("Progressing", "True", "ReconcileError", message)
     new = draft.to_status()
     new.pop("observedGeneration", None)  # this generation was not reconciled
-    for key, value in status_changes(old_status, new).items():
-        patch.status[key] = value
+    try:
+        await write_status(memo.kube, info, body, status_changes(old_status, new))
+    except Exception as write_error:  # the API is down: the log line above still says why
+        log.warning("%s %s: could not record the failure in status: %s", info.kind, meta.get("name"), write_error)
     kopf.event(body, type="Warning", reason="ReconcileError", message=message[:1024])
     raise kopf.TemporaryError(message, delay=delay) from exc

@@ -164,6 +164,9 @@ class KubeApi:
         obj = await with_retries(
             f"patch {kind}{'/status' if status else ''} {namespace}/{name}",
             lambda: self._client.patch(res, name, body, namespace=namespace, patch_type=PatchType.MERGE),
+            # A merge patch carries no resourceVersion precondition: a 409 is the server's own
+            # write conflict, and the same patch applies cleanly on a retry.
+            also_retry={409},
             policy=self._policy,
         )
         return _to_dict(obj)

@@ -112,6 +112,7 @@ async def with_retries(
     fn: Callable[[], Awaitable[T]],
     *,
     passthrough: Collection[int] = (),
+    also_retry: Collection[int] = (),
     policy: RetryPolicy = DEFAULT_POLICY,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     rng: Callable[[], float] = random.random,
@@ -130,7 +131,7 @@ async def with_retries(
             error: BaseException = exc
         except (httpx2.TransportError, TimeoutError, ConnectionError) as exc:
             error = exc
-        if not retryable(error) or attempt >= policy.attempts:
+        if not (retryable(error) or _code(error) in also_retry) or attempt >= policy.attempts:
             raise KubeCallError(call, error, attempt) from error
         delay = policy.backoff(attempt, rng)
         hint = retry_after(error)
