@@ -134,8 +134,11 @@ def test_deployment_runs_two_peered_replicas_with_probes(chart: helm.Chart) -> N
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 8080, "metrics": 9090}
     assert c["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"} and c["resources"]["limits"]["memory"]
-    env = {e["name"]: e.get("value") for e in c["env"]}
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert env["GEM_RESYNC_SECONDS"] == "10"
+    # A distinct peering priority per pod (equal priorities pause every replica).
+    uid = next(e for e in c["env"] if e["name"] == "GEM_POD_UID")
+    assert uid["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     peering = one(docs, "KopfPeering")
     assert peering["metadata"] == {**peering["metadata"], "name": "gem-operator", "namespace": NAMESPACE}
     assert peering["apiVersion"] == "kopf.dev/v1"

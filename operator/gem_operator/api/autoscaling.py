@@ -98,11 +98,13 @@ class PrometheusSource(ApiModel):
     url: str = Field(
         default="http://prometheus-operated.monitoring:9090",
         pattern=r"^https?://.+",
+        max_length=2048,
         description="Base URL of Prometheus.",
     )
     query: str = Field(
         default=DEFAULT_SM_QUERY,
         min_length=1,
+        max_length=4096,
         description="PromQL returning SM active (0-1) per pod; $namespace and $pods are substituted.",
     )
 
@@ -121,6 +123,7 @@ class QueueSignal(ApiModel):
     query: str = Field(
         default=DEFAULT_QUEUE_QUERY,
         min_length=1,
+        max_length=4096,
         description="PromQL returning queued work per pod in seconds; $namespace and $pods are substituted.",
     )
     drain_seconds: int = Field(

@@ -22,6 +22,12 @@ API_VERSION = f"{GROUP}/{VERSION}"
 QUANTITY_PATTERN = r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
 # Names of children are "<cr>-<role>-<index>", and Service names must be DNS-1035 labels.
 CR_NAME_MAX = 40
+# Bounds on free-form strings, so that a resource cannot carry megabytes into every child it renders.
+IMAGE_MAX = 512  # registry/name (255) + tag (128) or digest (71), with room to spare
+URI_MAX = 2048
+DNS_SUBDOMAIN_MAX = 253
+ARG_MAX = 4096
+ENV_VALUE_MAX = 32768
 
 
 class ApiModel(BaseModel):
@@ -130,8 +136,8 @@ class Resources(ApiModel):
 class EnvVar(ApiModel):
     """A literal environment variable for the main container (use secretRefs for credentials)."""
 
-    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name.")
-    value: str = Field(default="", description="Literal value.")
+    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", max_length=256, description="Variable name.")
+    value: str = Field(default="", max_length=ENV_VALUE_MAX, description="Literal value.")
 
 
 class SecretRef(ApiModel):
@@ -164,6 +170,7 @@ class Workload(ApiModel):
     image: str | None = Field(
         default=None,
         min_length=1,
+        max_length=IMAGE_MAX,
         description=(
             f"Container image with gem_workloads installed. Default: {default_workloads_image(True)} (CUDA) "
             f"for pods with GPUs, {default_workloads_image(False)} (CPU) otherwise."
@@ -176,8 +183,12 @@ class Workload(ApiModel):
     )
     resources: Resources = Field(default_factory=Resources, description="CPU and memory (not GPUs).")
     env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra literal env vars.")
-    args: list[str] = Field(default_factory=list, max_length=64, description="Extra arguments.")
-    service_account_name: str | None = Field(default=None, description="ServiceAccount for the pods.")
+    args: list[Annotated[str, Field(max_length=ARG_MAX)]] = Field(
+        default_factory=list, max_length=64, description="Extra arguments."
+    )
+    service_account_name: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="ServiceAccount for the pods."
+    )
     shm_size: Quantity | None = Field(
         default=None,
         description=(
@@ -222,9 +233,12 @@ class ModelSource(ApiModel):
 
     uri: str = Field(
         pattern=r"^(s3|gs|https?|file)://.+|^/.+",
+        max_length=URI_MAX,
         description="Origin of the model: s3://, gs://, http(s)://, file:// or an absolute path.",
     )
-    manifest_uri: str | None = Field(default=None, description="SHA-256 manifest (default: <uri>/manifest.json).")
+    manifest_uri: str | None = Field(
+        default=None, max_length=URI_MAX, description="SHA-256 manifest (default: <uri>/manifest.json)."
+    )
     credentials_secret_ref: SecretRef | None = Field(
         default=None, description="Secret with object-store credentials (AWS_* or GOOGLE_* keys)."
     )

@@ -70,6 +70,11 @@ def _unknown_fields(schema: Mapping[str, Any], value: Any, path: list[Any]) -> I
             yield from _unknown_fields(schema["items"], item, [*path, i])
 
 
+def _clip(message: str, keep: int = 240) -> str:
+    """jsonschema quotes the offending value whole; a 1 MB string must not become a 1 MB message."""
+    return message if len(message) <= keep else f"{message[: keep - 80]} ... {message[-60:]}"
+
+
 def _cel_holds(rule: str, value: Any) -> bool:
     env = celpy.Environment()
     program = env.program(env.compile(rule))
@@ -82,7 +87,7 @@ def schema_errors(info: KindInfo, obj: Mapping[str, Any]) -> list[str]:
     value = apply_defaults(schema, dict(obj))
     errors = list(_unknown_fields(schema, value, []))
     errors += [
-        f"{_path(list(err.absolute_path))}: {err.message}"
+        f"{_path(list(err.absolute_path))}: {_clip(err.message)}"
         for err in sorted(OAS30Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
     ]
     if errors:

@@ -11,7 +11,7 @@ from typing import Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from gem_operator.api.autoscaling import MIN_LE_MAX_RULE, AutoscalingSpec
-from gem_operator.api.common import ApiModel, Condition, ModelSource, Workload
+from gem_operator.api.common import DNS_SUBDOMAIN_MAX, URI_MAX, ApiModel, Condition, ModelSource, Workload
 from gem_operator.api.pod_template import check_main_container
 
 
@@ -40,6 +40,7 @@ class RankingServiceSpec(ReplicaPoolSpec):
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="SM-utilisation scaling.")
     precompute_ref: str | None = Field(
         default=None,
+        max_length=DNS_SUBDOMAIN_MAX,
         description=(
             "SolarisPrecompute (same namespace) whose embeddings the ranker looks up and feeds its model: the "
             "operator points the ranker at that pool's store, key prefix, fallback tiers and foundation version, "
@@ -56,18 +57,22 @@ class RankingServiceSpec(ReplicaPoolSpec):
 class EmbeddingStore(ApiModel):
     """Where precomputed user-ad embeddings go (Redis)."""
 
-    url: str = Field(pattern=r"^rediss?://.+", description="redis:// or rediss:// URL.")
+    url: str = Field(pattern=r"^rediss?://.+", max_length=URI_MAX, description="redis:// or rediss:// URL.")
     ttl_seconds: int = Field(default=3600, ge=1, le=604_800, description="Lifetime of an embedding.")
     key_prefix: str = Field(default="gem:emb", min_length=1, max_length=64, description="Key namespace.")
-    credentials_secret_ref: str | None = Field(default=None, description="Secret with the Redis password.")
+    credentials_secret_ref: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="Secret with the Redis password."
+    )
 
 
 class CandidateSource(ApiModel):
     """The Redis stream where the ranking tier publishes upcoming candidate sets."""
 
-    url: str = Field(pattern=r"^rediss?://.+", description="redis:// URL of the stream's server.")
-    stream: str = Field(default="gem:candidates", min_length=1, description="Stream key.")
-    consumer_group: str = Field(default="solaris", min_length=1, description="Consumer group of the workers.")
+    url: str = Field(pattern=r"^rediss?://.+", max_length=URI_MAX, description="redis:// URL of the stream's server.")
+    stream: str = Field(default="gem:candidates", min_length=1, max_length=256, description="Stream key.")
+    consumer_group: str = Field(
+        default="solaris", min_length=1, max_length=256, description="Consumer group of the workers."
+    )
 
 
 FallbackTier = Literal["exact", "userAdGroupAggregate", "similarUser"]
@@ -110,7 +115,9 @@ class PrecomputeAutoscalingSpec(AutoscalingSpec):
         default=600, ge=0, le=86_400, description="Empty backlog this long scales to minReplicas (0 = zero)."
     )
     yield_to: str | None = Field(
-        default=None, description="RankingService whose SLO takes priority: yield GPUs when it is violated."
+        default=None,
+        max_length=DNS_SUBDOMAIN_MAX,
+        description="RankingService whose SLO takes priority: yield GPUs when it is violated.",
     )
 
 

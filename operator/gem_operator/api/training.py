@@ -11,14 +11,28 @@ from typing import Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from gem_operator.api.common import ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.common import URI_MAX, ApiModel, Condition, SecretRef, Workload
 from gem_operator.api.pod_template import check_main_container
 
 MESH_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+# The largest gang the operator takes (2^17 GPUs, beyond today's largest clusters): the rank map and
+# the planner's work grow with it, and a typo in a degree should be an error, not a week of planning.
+MAX_WORLD_SIZE = 131072
 
 
 class Parallelism(ApiModel):
     """Degrees of the 5D mesh; world size is their product."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.pp * self.dpReplicate * self.dpShard * self.cp * self.tp <= {MAX_WORLD_SIZE}",
+                    "message": f"pp*dpReplicate*dpShard*cp*tp must be at most {MAX_WORLD_SIZE} GPUs",
+                }
+            ]
+        }
+    )
 
     pp: int = Field(default=1, ge=1, le=1024, description="Pipeline stages.")
     dp_replicate: int = Field(default=1, ge=1, le=65536, description="Data-parallel replicas (DDP/HSDP).")
@@ -45,6 +59,11 @@ class Parallelism(ApiModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if self.product > MAX_WORLD_SIZE:
+            raise ValueError(
+                f"world size pp*dpReplicate*dpShard*cp*tp = {self.product} exceeds the maximum of "
+                f"{MAX_WORLD_SIZE} GPUs; lower a degree"
+            )
         if self.world_size is not None and self.world_size != self.product:
             raise ValueError(
                 f"worldSize is {self.world_size} but pp*dpReplicate*dpShard*cp*tp = {self.product}; "
@@ -99,7 +118,7 @@ class DimensionPlacement(ApiModel):
     dimension: Literal["tp", "cp", "ep", "pp", "dpShard", "dpReplicate", "embedding"] = Field(
         description="Parallel dimension whose groups are constrained."
     )
-    tier: str = Field(description="Tier name from topology.tiers.")
+    tier: str = Field(max_length=31, description="Tier name from topology.tiers.")
     mode: PlacementMode = Field(default=PlacementMode.PREFERRED, description="Required or Preferred.")
 
 
@@ -176,6 +195,7 @@ class CheckpointSpec(ApiModel):
 
     uri: str = Field(
         pattern=r"^(s3|gs|https?|file)://.+|^/.+",
+        max_length=URI_MAX,
         description="s3://, gs://, file:// or an absolute path on a shared volume.",
     )
     interval_steps: int = Field(default=500, ge=1, le=10_000_000, description="Steps between checkpoints.")
@@ -211,7 +231,7 @@ class FailurePolicy(ApiModel):
 class TrainingJob(ApiModel):
     """What the pods train (passed to python -m gem_workloads.training)."""
 
-    preset: str = Field(default="tiny", pattern=r"^[a-z0-9-]+$", description="Model preset name.")
+    preset: str = Field(default="tiny", pattern=r"^[a-z0-9-]+$", max_length=63, description="Model preset name.")
     data: Literal["synthetic", "movielens"] = Field(default="synthetic", description="Dataset.")
     steps: int = Field(default=1000, ge=1, le=100_000_000, description="Training steps.")
 
@@ -223,7 +243,7 @@ class GEMTrainingSpec(ApiModel):
     gpus_per_node: int = Field(default=8, ge=1, le=16, description="GPUs per host; one pod takes all of them.")
     topology: TopologySpec = Field(default_factory=TopologySpec, description="Tiers and placement rules.")
     embedding_sharding_group: int | None = Field(
-        default=None, ge=1, description="Ranks per TorchRec sharding group (default: one NVLink domain)."
+        default=None, ge=1, le=1048576, description="Ranks per TorchRec sharding group (default: one NVLink domain)."
     )
     checkpoint: CheckpointSpec = Field(description="Checkpoint location and interval.")
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Restart behaviour.")

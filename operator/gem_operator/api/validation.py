@@ -8,6 +8,7 @@ CRD is older than the operator. Each message starts with the field's path, e.g.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +19,9 @@ from gem_operator.api.common import CR_NAME_MAX, ApiModel
 from gem_operator.api.kinds import KindInfo
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Our schemas nest a dozen levels at most; anything far deeper is malformed, and walking it
+# recursively (pydantic, json, kopf's diff) would hit Python's recursion limit.
+MAX_DEPTH = 32
 
 
 class InvalidSpec(ValueError):
@@ -67,15 +71,50 @@ def validate_name(name: str) -> list[str]:
     return problems
 
 
+def too_deep(value: Any, root: str = "spec", limit: int = MAX_DEPTH) -> str | None:
+    """The path where ``value`` nests deeper than ``limit`` levels, or None; iterative, never recursing."""
+    stack: list[tuple[Any, str, int]] = [(value, root, 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > limit:
+            return path
+        if isinstance(node, Mapping):
+            stack.extend((v, f"{path}.{k}", depth + 1) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
+    return None
+
+
+def _short(path: str, keep: int = 120) -> str:
+    return path if len(path) <= keep else path[:keep] + "..."
+
+
 def parse_spec(info: KindInfo, body: Mapping[str, Any]) -> ApiModel:
-    """Validate a whole resource body and return its typed spec, or raise InvalidSpec."""
+    """Validate a whole resource body and return its typed spec, or raise InvalidSpec.
+
+    Types are strict, as the API server's schema is: ``suspend: "yes"`` is an error, not True, and
+    ``pp: true`` is not 1. (The JSON round trip is what makes pydantic strict about scalars while
+    still reading enums and literals from their wire strings.)
+    """
     problems = validate_name(str(body.get("metadata", {}).get("name", "")))
     spec = body.get("spec")
     if not isinstance(spec, Mapping):
         problems.append("spec: missing or not an object; add a spec (see crds/samples/)")
         raise InvalidSpec(problems)
+    deep = too_deep(spec)
+    if deep is not None:
+        problems.append(
+            f"{_short(deep)}: nested more than {MAX_DEPTH} levels deep; no field of {info.kind} nests like "
+            "this: remove the unknown or malformed field"
+        )
+        raise InvalidSpec(problems)
     try:
-        parsed = info.spec_model.model_validate(dict(spec))
+        text = json.dumps(dict(spec))
+    except (TypeError, ValueError) as exc:  # YAML dates, NaN: not what an API server stores
+        problems.append(f"spec: not plain JSON ({exc}); write it as YAML/JSON objects, lists and scalars")
+        raise InvalidSpec(problems) from None
+    try:
+        parsed = info.spec_model.model_validate_json(text, strict=True)
     except ValidationError as exc:
         problems.extend(f"{_path(tuple(e['loc']))}: {_describe(e)}" for e in exc.errors())
         raise InvalidSpec(problems) from None

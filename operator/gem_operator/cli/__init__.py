@@ -50,27 +50,9 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    import yaml
+    from gem_operator.cli.validate import run_validate
 
-    from gem_operator.api.schema_check import validate_manifest
-
-    failed = 0
-    for path in args.files:
-        try:
-            docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
-        except (OSError, yaml.YAMLError) as exc:
-            print(f"{path}: cannot read: {exc}", file=sys.stderr)
-            failed += 1
-            continue
-        for doc in docs:
-            name = f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
-            errors = validate_manifest(doc)
-            for error in errors:
-                print(f"{path}: {name}: {error}", file=sys.stderr)
-            failed += bool(errors)
-            if not errors:
-                print(f"{path}: {name}: valid")
-    return 1 if failed else 0
+    return run_validate(args.files)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -80,24 +62,45 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from gem_operator.cli.operator import OperatorOptions, run_foreground
+    import logging
+    import os
+
+    from gem_operator.cli.logs import configure_logging
+    from gem_operator.cli.operator import OperatorOptions, default_priority, run_foreground
 
     if not args.namespace and not args.all_namespaces:
         print("gemop run: pass --namespace NS (repeatable) or --all-namespaces", file=sys.stderr)
         return 2
+    if args.priority is not None and not 0 <= args.priority <= 2**31 - 1:
+        print("gemop run: --priority must be between 0 and 2147483647", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, args.log_format)
     if args.metrics_port:
-        import os
-
         os.environ["GEM_METRICS_PORT"] = str(args.metrics_port)
-    run_foreground(
-        OperatorOptions(
-            namespaces=args.namespace or (),
-            clusterwide=args.all_namespaces,
-            standalone=args.standalone,
-            peering_name=None if args.standalone else args.peering,
-            liveness_endpoint=args.liveness,
-        )
+    priority = args.priority if args.priority is not None else default_priority()
+    opts = OperatorOptions(
+        namespaces=args.namespace or (),
+        clusterwide=args.all_namespaces,
+        standalone=args.standalone,
+        peering_name=None if args.standalone else args.peering,
+        liveness_endpoint=args.liveness,
+        priority=priority,
     )
+    from gem_operator.controllers.settings import PEERING_LIFETIME
+
+    peering = (
+        "standalone"
+        if args.standalone
+        else f"peering {args.peering} (priority {priority}, lifetime {PEERING_LIFETIME} s)"
+    )
+    logging.getLogger("gem_operator").info(
+        "gem-operator %s starting: namespaces %s; %s; liveness %s",
+        __version__,
+        "all" if args.all_namespaces else ",".join(args.namespace),
+        peering,
+        args.liveness,
+    )
+    run_foreground(opts)
     return 0
 
 
@@ -194,6 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-A", "--all-namespaces", action="store_true", help="serve the whole cluster")
     run.add_argument("--standalone", action="store_true", help="no peering (only one replica may run)")
     run.add_argument("--peering", default="gem-operator", help="kopf peering object name")
+    run.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority; the highest live replica acts (default: distinct per replica, from "
+        "$GEM_POD_UID or random, since equal priorities pause every replica)",
+    )
+    run.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    run.add_argument("--log-format", default="text", choices=("text", "json"), help="stderr lines as text or JSON")
     run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
     run.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics (0 disables)")
     run.set_defaults(func=_cmd_run)
@@ -209,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     crds.set_defaults(func=_cmd_crds)
 
     validate = sub.add_parser("validate", help="check manifests against the CRDs and the operator's rules")
-    validate.add_argument("files", nargs="+", help="YAML files with GEMTraining/RankingService/SolarisPrecompute")
+    validate.add_argument(
+        "files", nargs="+", help="YAML/JSON files or directories (multi-document, kind: List; - for stdin)"
+    )
     validate.set_defaults(func=_cmd_validate)
 
     plan = sub.add_parser("plan", help="what-if: place a GEMTraining on a nodes file (or a sim fleet)")

@@ -40,12 +40,14 @@ TRACE = trace_file()
 # The replay phase plays one trace minute per wall second.
 REPLAY_SECONDS = 40
 
-# A resource that must be rejected: tensor parallelism wider than a host.
+# A resource the operator must reject: tensor parallelism that does not divide a host's GPUs. The
+# API server admits it (its CRD schema only bounds tp by gpusPerNode); the handler's own checks
+# catch it and say why.
 INVALID_SAMPLE: dict[str, Any] = {
     "apiVersion": "gem.dev/v1alpha1",
     "kind": "GEMTraining",
-    "metadata": {"name": "too-wide-tp", "namespace": "default"},
-    "spec": {"parallelism": {"tp": 16, "dpShard": 2}, "gpusPerNode": 8, "checkpoint": {"uri": "s3://ckpt/x"}},
+    "metadata": {"name": "uneven-tp", "namespace": "default"},
+    "spec": {"parallelism": {"tp": 3, "dpShard": 2}, "gpusPerNode": 8, "checkpoint": {"uri": "s3://ckpt/x"}},
 }
 
 

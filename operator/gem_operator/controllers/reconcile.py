@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,9 +22,15 @@ from gem_operator.api.kinds import KindInfo
 from gem_operator.api.validation import InvalidSpec, parse_spec
 from gem_operator.controllers import metrics
 from gem_operator.controllers.status import StatusDraft, invalid, status_changes
-from gem_operator.kube import ApplyResult, KubeApi
+from gem_operator.kube import ApplyResult, KubeApi, KubeCallError
 from gem_operator.kube.client import UNKNOWN
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND
+
+log = logging.getLogger(__name__)
+
+# A failed pass is retried after about 1, 2, 4 ... s (jittered), at most this long: soon enough
+# that a brief API hiccup costs seconds, not kopf's default 60 s, and gentle on a struggling API.
+REQUEUE_CAP_SECONDS = 30.0
 
 
 @dataclass
@@ -33,6 +40,8 @@ class Outcome:
     draft: StatusDraft
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     result: str = "ok"
+    # What the pass got done before it failed, for the status message ("20/24 children applied").
+    progress: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,13 @@ async def apply_children(
             metrics.CHILDREN.labels(info.kind, kind, result.value).inc()
         return f"{kind}/{name}", result
 
-    results = dict(await asyncio.gather(*(one(m) for m in manifests)))
+    # Every child is tried even when one fails (no task outlives the pass); the first error is raised.
+    settled = await asyncio.gather(*(one(m) for m in manifests), return_exceptions=True)
+    errors = [r for r in settled if isinstance(r, BaseException)]
+    results = dict(r for r in settled if not isinstance(r, BaseException))
+    if errors:
+        outcome.progress.append(f"{len(results)}/{len(settled)} children applied")
+        raise errors[0]
     changed: dict[str, list[str]] = {}
     for key, result in results.items():
         if result is not ApplyResult.UNCHANGED:
@@ -177,13 +192,88 @@ async def _reconcile(
         else:
             ctx = PassContext(kube=memo.kube, body=body, now=now, logger=logger)
             await kind_pass(ctx, spec, outcome)
-    except Exception:
+    except Exception as exc:
         metrics.RECONCILES.labels(info.kind, "error").inc()
-        raise
+        await _failed(info, body, memo, outcome, old_status, now, generation, exc)
     finally:
         metrics.RECONCILE_SECONDS.labels(info.kind).observe(time.perf_counter() - started)
+    memo["failures"] = 0
     metrics.RECONCILES.labels(info.kind, outcome.result).inc()
-    for key, value in status_changes(old_status, outcome.draft.to_status()).items():
-        patch.status[key] = value
+    if any(c.get("type") == "Degraded" and c.get("status") == "True" for c in old_status.get("conditions") or []):
+        outcome.draft.condition("Degraded", "False", "Reconciled", "the last pass completed")
+    await write_status(memo.kube, info, body, status_changes(old_status, outcome.draft.to_status()))
     for type_, reason, message in outcome.events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
+
+
+async def write_status(kube: KubeApi, info: KindInfo, body: Mapping[str, Any], changes: Mapping[str, Any]) -> None:
+    """Merge-patch /status through the kube seam (retried), not through kopf's ``patch``.
+
+    kopf applies a timer's patch itself, and a failed status PATCH there (a 409 from a busy API
+    server) ends the whole operator; here it is retried like any call, and a failure fails only
+    this pass.
+    """
+    if not changes:
+        return
+    meta = body.get("metadata", {})
+    name, namespace = meta["name"], meta.get("namespace", "default")
+    try:
+        await kube.patch_merge(info.api_version, info.kind, name, namespace, {"status": dict(changes)}, status=True)
+    except KubeCallError as exc:
+        if exc.code != 404:  # deleted meanwhile: nothing to report on
+            raise
+
+
+def requeue_delay(failures: int, rng: Callable[[], float] = random.random) -> float:
+    """Seconds before retrying a pass that failed ``failures`` times in a row (jittered doubling)."""
+    full = min(REQUEUE_CAP_SECONDS, 2.0 ** (failures - 1))
+    return full / 2 + rng() * full / 2
+
+
+async def _failed(
+    info: KindInfo,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    outcome: Outcome,
+    old_status: Mapping[str, Any],
+    now: datetime,
+    generation: int | None,
+    exc: Exception,
+) -> None:
+    """A pass that failed: say so in status, the log and an Event, and ask kopf to retry soon.
+
+    Only conditions are written: the fields the pass computed may rest on calls that did not
+    happen (a restart counted before its pods were deleted), and writing them would make the
+    retry count it twice. The children the pass did create stay; the retry finds and keeps them.
+    """
+    failures = int(memo.get("failures") or 0) + 1
+    memo["failures"] = failures
+    delay = requeue_delay(failures)
+    cause = str(exc) or type(exc).__name__
+    if not isinstance(exc, KubeCallError):
+        cause = f"{type(exc).__name__}: {cause}"
+    message = cause + (f" ({'; '.join(outcome.progress)})" if outcome.progress else "")
+    message = message[:900]
+    meta = body.get("metadata", {})
+    log.error(
+        "%s %s/%s: reconcile failed (attempt %d, retry in %.1f s): %s",
+        info.kind,
+        meta.get("namespace", "default"),
+        meta.get("name"),
+        failures,
+        delay,
+        message,
+        exc_info=not isinstance(exc, KubeCallError),
+    )
+    draft = StatusDraft.from_status(old_status, now, generation)
+    draft.condition("Degraded", "True", "ReconcileError", message)
+    if info.scalable:
+        draft.condition("Progressing", "True", "ReconcileError", message)
+    new = draft.to_status()
+    new.pop("observedGeneration", None)  # this generation was not reconciled
+    try:
+        await write_status(memo.kube, info, body, status_changes(old_status, new))
+    except Exception as write_error:  # the API is down: the log line above still says why
+        log.warning("%s %s: could not record the failure in status: %s", info.kind, meta.get("name"), write_error)
+    kopf.event(body, type="Warning", reason="ReconcileError", message=message[:1024])
+    raise kopf.TemporaryError(message, delay=delay) from exc

@@ -24,6 +24,12 @@ MODEL_PEERS: tuple[str, ...] = tuple(u for u in os.environ.get("GEM_MODEL_PEERS"
 # the workloads' uid) or "off" (the chart's default install: no hostPath, so the pods pass the
 # `baseline`/`restricted` Pod Security levels and never meet a root-owned cache directory).
 NODE_CACHE: bool = os.environ.get("GEM_NODE_CACHE", "hostPath").strip().lower() not in ("off", "false", "0", "none")
+# Seconds a replica's peering record stays valid. kopf re-touches it 5-10 s before it expires, so
+# a paused replica takes over from a `kill -9`ed leader within about this long. Shorter means a
+# faster takeover but a keep-alive PATCH every few seconds, and a leader that cannot reach the API
+# for longer than this (a long GC pause, an API outage) is presumed dead and a second replica
+# starts acting beside it; kopf's default of 60 s errs the other way.
+PEERING_LIFETIME = int(os.environ.get("GEM_PEERING_LIFETIME", "15"))
 
 
 @kopf.on.startup()
@@ -38,6 +44,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: An
     settings.posting.reporting_component = "gem-operator"
     settings.posting.reporting_instance = os.environ.get("POD_NAME") or socket.gethostname()
     settings.posting.event_name_prefix = "gem-operator-"
+    settings.peering.lifetime = PEERING_LIFETIME
+    settings.peering.stealth = True  # keep-alives every few seconds would drown the log
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 30
     # A deleted pool's resync timer may be mid-pass (waiting on Prometheus); kopf releases the

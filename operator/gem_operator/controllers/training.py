@@ -14,8 +14,9 @@ from typing import Any
 import kopf
 
 from gem_operator.api.kinds import GEM_TRAINING
-from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
+from gem_operator.api.training import GEMTrainingSpec, Parallelism, PlacementSummary
 from gem_operator.controllers import gang, humanize, kueue
+from gem_operator.controllers.offload import offload
 from gem_operator.controllers.pod_reasons import not_ready_summary
 from gem_operator.controllers.reconcile import (
     APPLY_CONCURRENCY,
@@ -29,7 +30,7 @@ from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SE
 from gem_operator.controllers.status import observe_gang, training_phase
 from gem_operator.kube.kueue import read_topology
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
-from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, render_training
+from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, TrainingChildren, render_training
 from gem_operator.topology import (
     Infeasible,
     Placement,
@@ -40,6 +41,11 @@ from gem_operator.topology import (
 from gem_operator.topology.tiers import kueue_levels
 
 INFO = GEM_TRAINING
+# A ConfigMap holds at most 1 MiB (data and metadata together); keep room for the metadata.
+CONFIG_MAP_LIMIT = 1024 * 1024 - 16 * 1024
+
+
+_ONE_RANK = Parallelism()
 
 
 def _stamp(when: datetime) -> str:
@@ -69,6 +75,25 @@ class TrainingPass:
 
     def condition(self, type_: str, status: str, reason: str, message: str) -> None:
         self.outcome.draft.condition(type_, status, reason, message)
+
+    async def render(self, spec: GEMTrainingSpec, **kwargs: Any) -> TrainingChildren | None:
+        """The children, rendered off the event loop; None (and a condition) if the ConfigMap cannot fit."""
+        children = await offload("rendering the gang", render_training, self.owner, spec, **kwargs)
+        size = sum(len(v) for v in (children.config.get("data") or {}).values())
+        if size > CONFIG_MAP_LIMIT:
+            message = (
+                f"the rank map and config of {spec.num_nodes} pods take {size / 2**20:.1f} MiB, more than the "
+                f"1 MiB a ConfigMap holds; lower the world size (at most about "
+                f"{spec.num_nodes * CONFIG_MAP_LIMIT // size} pods fit)"
+            )
+            self.fields["phase"] = "Pending"
+            self.condition("Placed", "False", "RankMapTooLarge", message)
+            self.condition("Ready", "False", "RankMapTooLarge", message)
+            old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
+            if old.get("message") != message:
+                self.event("Warning", "RankMapTooLarge", message)
+            return None
+        return children
 
     async def pods(self) -> list[dict[str, Any]]:
         return await self.ctx.kube.list("v1", "Pod", self.ctx.namespace, self.labels)
@@ -152,8 +177,7 @@ class TrainingPass:
             for name, node in nodes.items()
             for labels in [node["metadata"].get("labels") or {}]
         }
-        children = render_training(
-            self.owner,
+        children = await self.render(
             spec,
             node_names=node_names,
             node_topology=topology,
@@ -163,6 +187,9 @@ class TrainingPass:
             peers=MODEL_PEERS,
             node_cache=NODE_CACHE,
         )
+        if children is None:
+            await self.delete_pods()
+            return
         observed = {"Pod": {p["metadata"]["name"]: p for p in pods}}
         await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
         keep = {p["metadata"]["name"] for p in children.pods}
@@ -176,12 +203,14 @@ class TrainingPass:
 
     async def suspend(self, pods: list[dict[str, Any]]) -> None:
         """Suspended by the user: no pods, no placement (Kueue admission is controllers/kueue.py)."""
-        children = render_training(self.owner, self.spec)
-        await apply_children(self.ctx, INFO, children.all(), self.outcome)
+        children = await self.render(self.spec)
+        if children is not None:
+            await apply_children(self.ctx, INFO, children.all(), self.outcome)
         if pods:
             await self.delete_pods()
         self.fields["placement"] = None
-        self.condition("Placed", "False", "Suspended", "spec.suspend is true")
+        if children is not None:
+            self.condition("Placed", "False", "Suspended", "spec.suspend is true")
         training_phase(self.outcome.draft, observe_gang(0, []), suspended=True)
         if self.status.get("phase") != "Suspended":
             self.event("Normal", "Suspended", "spec.suspend is true: the gang's pods were removed")
@@ -257,7 +286,7 @@ class TrainingPass:
             for p in all_pods
             if p["metadata"].get("namespace") != self.ctx.namespace or p["metadata"]["name"] not in mine
         ]
-        view = cluster_view_from_objects(list(nodes.values()), others)
+        view = await offload("reading the cluster", cluster_view_from_objects, list(nodes.values()), others)
         excluded = frozenset(fields.get("excludedNodes") or [])
         levels: list[str] | None = None
         if spec.topology.kueue_topology and not spec.topology.tiers:
@@ -278,7 +307,14 @@ class TrainingPass:
             )
             taken = frozenset(n for n in current if n)
             result = (
-                plan_gang(sub, view, exclude_nodes=excluded | taken, kueue_levels=levels)
+                await offload(
+                    "planning the replica group",
+                    plan_gang,
+                    sub,
+                    view,
+                    exclude_nodes=excluded | taken,
+                    kueue_levels=levels,
+                )
                 if len(missing) == sub.num_nodes
                 else None
             )
@@ -288,7 +324,9 @@ class TrainingPass:
                 fields["placement"] = {**placement, "nodes": current}
                 self.event("Normal", "Placed", f"replica group re-placed on {', '.join(result.nodes)}")
                 return list(current)
-        result_full = plan_gang(spec, view, exclude_nodes=excluded, kueue_levels=levels)
+        result_full = await offload(
+            "planning the gang", plan_gang, spec, view, exclude_nodes=excluded, kueue_levels=levels
+        )
         if isinstance(result_full, Infeasible) and mine and current and all(current):
             # An edit the cluster cannot place yet: the running gang stays until the new shape fits.
             await self.hold_change(result_full, len(current))
@@ -321,17 +359,16 @@ class TrainingPass:
         old: dict[str, Any] = next((c for c in self.status.get("conditions", []) if c.get("type") == "Placed"), {})
         if old.get("message") != message:
             self.event("Warning", "PlacementFailed", message)
-        # All-or-nothing: no pod is created for a gang that cannot be placed whole.
+        # All-or-nothing: no pod is created for a gang that cannot be placed whole, and no rank map is
+        # rendered for it (there are no ranks to map): only the rendezvous Service.
         mine = await self.pods()
         if mine:
             self.event("Warning", "GangRemoved", f"removed {len(mine)} pods: the gang cannot be placed whole")
         await self.delete_pods()
-        await apply_children(
-            self.ctx,
-            INFO,
-            render_training(self.owner, self.spec.model_copy(update={"suspend": True})).all(),
-            self.outcome,
-        )
+        service = render_training(
+            self.owner, self.spec.model_copy(update={"suspend": True, "parallelism": _ONE_RANK})
+        ).service
+        await apply_children(self.ctx, INFO, [service], self.outcome)
 
     async def kueue_levels(self, name: str) -> list[str] | None:
         """The node labels of the Kueue Topology the spec names, or None (unplaced, with why)."""
@@ -377,7 +414,11 @@ class TrainingPass:
                     "v1", "Pod", pod["metadata"]["name"], self.ctx.namespace, {"spec": {"schedulingGates": gates}}
                 )
 
-        await asyncio.gather(*(ungate(p) for p in gated))
+        settled = await asyncio.gather(*(ungate(p) for p in gated), return_exceptions=True)
+        errors = [r for r in settled if isinstance(r, BaseException)]
+        if errors:
+            self.outcome.progress.append(f"{len(gated) - len(errors)}/{len(gated)} pods ungated")
+            raise errors[0]
         if gated:
             self.event("Normal", "Ungated", f"all {len(pods)} pods exist: scheduling gates removed")
 

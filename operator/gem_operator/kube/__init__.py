@@ -2,5 +2,6 @@
 
 from gem_operator.kube.client import ApplyResult, KubeApi
 from gem_operator.kube.diff import is_subset
+from gem_operator.kube.retry import KubeCallError, RetryPolicy
 
-__all__ = ["ApplyResult", "KubeApi", "is_subset"]
+__all__ = ["ApplyResult", "KubeApi", "KubeCallError", "RetryPolicy", "is_subset"]

@@ -192,15 +192,21 @@ def _kubeconfig_dict(conn: Connection) -> dict[str, Any]:
     }
 
 
-def async_client(path: str | None = None, context: str | None = None, *, field_manager: str) -> AsyncClient:
+def async_client(
+    path: str | None = None,
+    context: str | None = None,
+    *,
+    field_manager: str,
+    timeout: httpx.Timeout | None = None,
+) -> AsyncClient:
     """The seam's lightkube client on the official client's credentials (or lightkube's own
     kubeconfig reader when the official client or any config is missing)."""
     if not (client_available() and config_present(path)):
         config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
-        return AsyncClient(config=config.get(context_name=context), field_manager=field_manager)
+        return AsyncClient(config=config.get(context_name=context), field_manager=field_manager, timeout=timeout)
     conn = connection(path, context)
     config = KubeConfig.from_dict(_kubeconfig_dict(conn))
-    client = AsyncClient(config=config.get(), field_manager=field_manager)
+    client = AsyncClient(config=config.get(), field_manager=field_manager, timeout=timeout)
     # lightkube builds its httpx client with the kubeconfig user's auth; the seam's requests carry
     # the login's header instead (refreshed on a 401), so both clients act as the same identity.
     transport = client._client._client

@@ -1,7 +1,9 @@
 """A small async API client over lightkube that speaks plain manifests (dicts).
 
 Builders in ``render/`` produce dicts; this module turns them into API calls. Updates are JSON
-merge patches of the fields we own, never a PUT of the whole object (design.md section 3).
+merge patches of the fields we own, never a PUT of the whole object (design.md section 3). Every
+call goes through ``kube.retry`` (429/5xx/resets/timeouts retried with backoff and jitter) and,
+when it fails for good, raises ``KubeCallError`` naming the call.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import httpx2
 from lightkube import ALL_NS, AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
@@ -28,6 +31,7 @@ from lightkube.types import PatchType
 from gem_operator.api.kinds import KINDS
 from gem_operator.kube import auth
 from gem_operator.kube.diff import is_subset
+from gem_operator.kube.retry import DEFAULT_POLICY, KubeCallError, RetryPolicy, with_retries
 from gem_operator.render.common import ANNOTATION_SPEC_HASH
 
 log = logging.getLogger(__name__)
@@ -94,21 +98,30 @@ def _comparable(manifest: Mapping[str, Any]) -> dict[str, Any]:
 class KubeApi:
     """Thin async facade; one instance per operator process (kept in kopf's memo)."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, policy: RetryPolicy = DEFAULT_POLICY) -> None:
         self._client = client
+        self._policy = policy
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KubeApi:
         """From $KUBECONFIG/~/.kube/config or the in-cluster service account, as kubectl does; on the
         same credentials as kopf's login (exec plugins included), see ``kube/auth.py``."""
-        return cls(auth.async_client(path, context, field_manager="gem-operator"))
+        # A request that hangs is a failed attempt (retried), not a stuck pass.
+        timeout = httpx2.Timeout(15.0, connect=5.0)
+        return cls(auth.async_client(path, context, field_manager="gem-operator", timeout=timeout))
 
     async def close(self) -> None:
         await self._client.close()
 
     async def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        res = _resource(api_version, kind)
         try:
-            obj = await self._client.get(_resource(api_version, kind), name, namespace=namespace)
+            obj = await with_retries(
+                f"get {kind} {namespace}/{name}",
+                lambda: self._client.get(res, name, namespace=namespace),
+                passthrough={404},
+                policy=self._policy,
+            )
         except ApiError as exc:
             if exc.status.code == 404:
                 return None
@@ -122,12 +135,22 @@ class KubeApi:
         res = _resource(api_version, kind)
         if namespace is None:
             namespace = ALL_NS if issubclass(res, NamespacedResource) else None
-        objs = self._client.list(res, namespace=namespace, labels=dict(labels or {}))
-        return [_to_dict(o) async for o in objs]
+        selector: dict[str, Any] = dict(labels or {})
+
+        async def once() -> list[dict[str, Any]]:
+            return [_to_dict(o) async for o in self._client.list(res, namespace=namespace, labels=selector)]
+
+        where = "all namespaces" if namespace in (None, ALL_NS) else namespace
+        return await with_retries(f"list {kind} in {where}", once, policy=self._policy)
 
     async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         obj: Any = _resource(manifest["apiVersion"], manifest["kind"])(manifest)
-        return _to_dict(await self._client.create(obj))
+        meta = manifest.get("metadata") or {}
+        call = f"create {manifest['kind']} {meta.get('namespace', 'default')}/{meta.get('name')}"
+        # 409 passes through: apply() reads the object an earlier (or retried) create made.
+        return _to_dict(
+            await with_retries(call, lambda: self._client.create(obj), passthrough={409}, policy=self._policy)
+        )
 
     async def create_if_served(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
         """Create; None when the server answers 404, i.e. it does not serve the kind (a CRD not installed).
@@ -136,8 +159,8 @@ class KubeApi:
         """
         try:
             return await self.create(manifest)
-        except ApiError as exc:
-            if exc.status.code == 404:
+        except KubeCallError as exc:
+            if exc.code == 404:
                 return None
             raise
 
@@ -154,13 +177,27 @@ class KubeApi:
         res = _resource(api_version, kind)
         if status:
             res = res.Status
-        obj = await self._client.patch(res, name, dict(patch), namespace=namespace, patch_type=PatchType.MERGE)
+        body = dict(patch)
+        obj = await with_retries(
+            f"patch {kind}{'/status' if status else ''} {namespace}/{name}",
+            lambda: self._client.patch(res, name, body, namespace=namespace, patch_type=PatchType.MERGE),
+            # A merge patch carries no resourceVersion precondition: a 409 is the server's own
+            # write conflict, and the same patch applies cleanly on a retry.
+            also_retry={409},
+            policy=self._policy,
+        )
         return _to_dict(obj)
 
     async def delete(self, api_version: str, kind: str, name: str, namespace: str) -> bool:
         """Delete with background propagation; False when it was already gone."""
+        res = _resource(api_version, kind)
         try:
-            await self._client.delete(_resource(api_version, kind), name, namespace=namespace)
+            await with_retries(
+                f"delete {kind} {namespace}/{name}",
+                lambda: self._client.delete(res, name, namespace=namespace),
+                passthrough={404},
+                policy=self._policy,
+            )
         except ApiError as exc:
             if exc.status.code == 404:
                 return False

@@ -33,6 +33,10 @@ class ResourceSpec:
     categories: frozenset[str] = frozenset()
     subresources: frozenset[str] = frozenset()
     scale_paths: tuple[str, str] | None = None  # (specReplicasPath, statusReplicasPath) without "."
+    label_selector_path: str | None = None  # scale.labelSelectorPath without the leading "."
+    # The version's openAPIV3Schema and printer columns (admission and Table views); not compared.
+    schema: Any = dataclasses.field(default=None, compare=False, hash=False)
+    printer_columns: tuple[Any, ...] = dataclasses.field(default=(), compare=False, hash=False)
 
 
 class CRDError(ValueError):
@@ -57,11 +61,14 @@ def crd_resources(crd: Mapping[str, Any]) -> list[ResourceSpec]:
         subresources = version.get("subresources") or {}
         scale = subresources.get("scale")
         scale_paths = None
+        selector_path = None
         if scale:
             scale_paths = (
                 str(scale.get("specReplicasPath", ".spec.replicas")).lstrip("."),
                 str(scale.get("statusReplicasPath", ".status.replicas")).lstrip("."),
             )
+            if scale.get("labelSelectorPath"):
+                selector_path = str(scale["labelSelectorPath"]).lstrip(".")
         result.append(
             ResourceSpec(
                 group=spec["group"],
@@ -74,6 +81,9 @@ def crd_resources(crd: Mapping[str, Any]) -> list[ResourceSpec]:
                 categories=frozenset(names.get("categories") or []),
                 subresources=frozenset(subresources),
                 scale_paths=scale_paths,
+                label_selector_path=selector_path,
+                schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+                printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             )
         )
     return result

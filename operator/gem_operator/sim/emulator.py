@@ -37,6 +37,7 @@ import attrs
 import kmock
 from kmock._internal import parsing as _kmock_parsing
 
+from gem_operator.sim import admission
 from gem_operator.sim.auth import require_bearer
 from gem_operator.sim.crds import ALL_VERBS, ResourceSpec, crd_resources
 from gem_operator.sim.objects import (
@@ -60,6 +61,10 @@ ChangeListener = Callable[[str, Any, Obj], None]
 CRD_RESOURCE = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACES = Resource("", "v1", "namespaces")
 PODS = Resource("", "v1", "pods")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+# kube-apiserver's request-body limit (3 MiB) and a ConfigMap's data limit (1 MiB).
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+MAX_CONFIGMAP_BYTES = 1024 * 1024
 WATCH_LOG_SIZE = 1024
 
 
@@ -104,8 +109,12 @@ class ApiError(kmock.KubernetesError):  # type: ignore[misc]
     """A Status-shaped error; `reason` uses the API server's words (NotFound, AlreadyExists...)."""
 
 
-def _error(status: int, reason: str, message: str) -> ApiError:
-    return ApiError(status=status, reason=reason, message=message, details={"causes": []})
+def _error(status: int, reason: str, message: str, details: dict[str, Any] | None = None) -> ApiError:
+    return ApiError(status=status, reason=reason, message=message, details=details or {"causes": []})
+
+
+# What /version reports: a current Kubernetes (kmock's default is 1.26, long out of support).
+SERVER_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.1"}
 
 
 def _clone(value: Any) -> Any:
@@ -225,6 +234,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     _log_floor: dict[Any, int] = attrs.field(factory=dict, init=False)
     _watchers: dict[Any, set[Watcher]] = attrs.field(factory=dict, init=False)
     listeners: list[ChangeListener] = attrs.field(factory=list, init=False)
+    _schemas: dict[Any, admission.Schema | None] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -239,6 +249,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         res = Resource(spec.group, spec.version, spec.plural)
         self._specs[res] = spec
         self._infos.pop(res, None)
+        self._schemas.pop(res, None)
         self.resources[res] = kmock.ResourceInfo(
             namespaced=spec.namespaced,
             kind=spec.kind,
@@ -271,6 +282,36 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
                 if wanted in names:
                     return res
         raise _error(404, "NotFound", f"no resource {kind_or_plural!r} in {api_version!r}")
+
+    def _admit(self, res: Any, obj: Obj, *, status: bool, strict: bool) -> Obj:
+        """A custom resource as kube-apiserver stores it (pruned, defaulted, validated), or 422."""
+        if res == CONFIGMAPS:
+            size = sum(len(str(v).encode()) for part in ("data", "binaryData") for v in (obj.get(part) or {}).values())
+            if size > MAX_CONFIGMAP_BYTES:
+                name = (obj.get("metadata") or {}).get("name", "")
+                raise _error(
+                    422,
+                    "Invalid",
+                    f'ConfigMap "{name}" is invalid: []: Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes',
+                )
+            return obj
+        if res not in self._schemas:
+            spec = self._specs.get(res)
+            self._schemas[res] = admission.Schema(spec.schema) if spec is not None and spec.schema else None
+        schema = self._schemas[res]
+        if schema is None:
+            return obj
+        try:
+            return schema.admit(obj, status=status, strict=strict)
+        except admission.Invalid as exc:
+            info = self.info(res)
+            name = (obj.get("metadata") or {}).get("name", "")
+            shown = ", ".join(f"{f}: {m}" for f, m in exc.causes[:10])
+            more = f" and {len(exc.causes) - 10} more" if len(exc.causes) > 10 else ""
+            causes = [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in exc.causes]
+            details = {"name": name, "group": res.group, "kind": info.kind, "causes": causes}
+            message = f'{info.kind}.{res.group} "{name}" is invalid: {shown}{more}'
+            raise _error(422, "Invalid", message, details) from None
 
     def _has_status(self, res: Any) -> bool:
         return "status" in self.info(res).subresources
@@ -379,7 +420,9 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             raise _error(400, "BadRequest", "the body must be a JSON object")
         return (await self._create(res, _clone(obj), namespace, keep_status=keep_status)).copy()
 
-    async def _create(self, res: Any, obj: Obj, namespace: str | None, *, keep_status: bool = False) -> Stored:
+    async def _create(
+        self, res: Any, obj: Obj, namespace: str | None, *, keep_status: bool = False, strict: bool = False
+    ) -> Stored:
         """`create_object` on a body the emulator may keep as it is (parsed from a request)."""
         info = self.info(res)
         if not isinstance(obj, dict):
@@ -395,6 +438,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             meta["name"] = meta["generateName"] + "".join(secrets.choice(alphabet) for _ in range(5))
         if not meta.get("name"):
             raise _error(422, "Invalid", "metadata.name: Required value: name or generateName is required")
+        obj = self._admit(res, obj, status=keep_status, strict=strict)
+        meta = obj["metadata"]
         async with self._lock:
             key: Key = (res, namespace, meta["name"])
             if (namespace, meta["name"]) in self._store.get(res, {}):
@@ -465,6 +510,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         patch_type: str = "merge",
         subresource: str | None = None,
         replace: bool = False,
+        strict: bool = False,
     ) -> Stored:
         """`patch_object` with a body the emulator may keep (parsed from a request)."""
         info = self.info(res)
@@ -498,6 +544,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             if wanted_rv and wanted_rv != old["metadata"].get("resourceVersion"):
                 raise _error(409, "Conflict", "the object has been modified; please apply your changes")
             new = self._guard(res, old, new, subresource)
+            new = self._admit(res, new, status=subresource == "status", strict=strict)
             if new == old:
                 return current  # a no-op write changes nothing and emits nothing, as the API server
             self._bump(new)
@@ -571,8 +618,15 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             "kind": "Scale",
             "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
             "spec": {"replicas": dotted(obj, spec_path) or 0},
-            "status": {"replicas": dotted(obj, status_path) or 0},
+            "status": {"replicas": dotted(obj, status_path) or 0, **self._scale_selector(res, obj)},
         }
+
+    def _scale_selector(self, res: Any, obj: Obj) -> Obj:
+        spec = self._specs.get(res)
+        if spec is None or spec.label_selector_path is None:
+            return {}
+        selector = dotted(obj, spec.label_selector_path)
+        return {"selector": selector} if selector else {}
 
     async def delete_object(self, res: Any, namespace: str | None, name: str, *, orphan: bool = False) -> Obj:
         """Delete now, or mark for deletion while finalizers remain; then collect dependents."""
@@ -679,7 +733,10 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             stored = self._stored(res, request.namespace, request.name)
             if stored is None:
                 raise _error(404, "NotFound", f'{res.plural} "{request.name}" not found')
+            if request.subresource is None and admission.wants_table(request.headers.get("Accept", "")):
+                return self._table(res, [stored])
             return self._answer(stored, request)
+        strict = params.get("fieldValidation") == "Strict"
         if "protobuf" in request.headers.get("Content-Type", ""):
             # Typed kubectl generators (`kubectl create configmap`) send protobuf; the emulator
             # speaks JSON only. 415 tells the client so (use `kubectl create -f` instead).
@@ -688,8 +745,10 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             body = json.loads(request.body) if request.body else {}
         except ValueError as exc:
             raise _error(400, "BadRequest", f"the body is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise _error(422, "Invalid", "the body is nested too deeply to decode") from None
         if method == "POST" and request.name is None:
-            return self._answer(await self._create(res, body, request.namespace), request, status=201)
+            return self._answer(await self._create(res, body, request.namespace, strict=strict), request, status=201)
         if method in ("PATCH", "PUT") and request.name is not None:
             content_type = request.headers.get("Content-Type", "")
             if "apply-patch" in content_type:
@@ -702,6 +761,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
                 patch_type="json" if "json-patch" in content_type else "merge",
                 subresource=request.subresource,
                 replace=method == "PUT" and request.subresource != "scale",
+                strict=strict,
             )
             return self._answer(stored, request)
         if method == "DELETE" and request.name is not None:
@@ -719,6 +779,14 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     def _raw_json(body: bytes, status: int = 200) -> aiohttp.web.StreamResponse:
         return aiohttp.web.Response(body=body, status=status, content_type="application/json")
 
+    def _table(self, res: Any, items: list[Stored]) -> aiohttp.web.StreamResponse:
+        spec = self._specs.get(res)
+        columns = spec.printer_columns if spec is not None else ()
+        if not columns:  # built-in kinds: Name and Age, as the API server's default table
+            columns = ({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},)
+        body = admission.table([s.obj for s in items], columns, str(self._rv))
+        return self._raw_json(_encode(body))
+
     def _list_response(self, request: Any) -> aiohttp.web.StreamResponse:
         res = request.resource
         params = request.params
@@ -728,6 +796,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             labels=params.get("labelSelector"),
             fields=params.get("fieldSelector"),
         )
+        if admission.wants_table(request.headers.get("Accept", "")):
+            return self._table(res, items)
         # FIX: kmock's lists lack kind/apiVersion and a real resourceVersion; lightkube and
         # kubectl decode by kind, and list-then-watch needs the version to resume from.
         head = _encode(
@@ -788,6 +858,11 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             self._watchers.get(res, set()).discard(watcher)
         return response
 
+    async def _serve_server_version(self, request: Any) -> Any:
+        payload: Any = await super()._serve_server_version(request)
+        payload.update(SERVER_VERSION, buildDate="2025-05-15T00:00:00Z", goVersion="go1.24.2")
+        return payload
+
     async def _serve_version(self, request: Any) -> Any:
         payload: Any = await super()._serve_version(request)
         # FIX: kmock reports the core group as `groupVersion: "/v1"`; clients expect "v1".
@@ -811,6 +886,17 @@ def _plain_json(
     """
 
     async def wrapped(request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if request.can_read_body and admission.json_too_deep(await request.read()):
+            status = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "code": 422,
+                "reason": "Invalid",
+                "message": "the body is nested too deeply to decode",
+            }
+            return aiohttp.web.Response(status=422, body=_encode(status), content_type="application/json")
         response = await handler(request)
         if not response.prepared and response.content_type == "application/json":
             response.headers["Content-Type"] = "application/json"
@@ -828,8 +914,14 @@ async def start_http(
     handler = _plain_json(emulator)
     if token is not None:
         handler = require_bearer(token, handler)
+
     # handler_cancellation: a client that drops a watch must end its streaming handler.
-    server = aiohttp.web.Server(handler, handler_cancellation=True, access_log=None)
+    def request_factory(*args: Any) -> aiohttp.web.BaseRequest:
+        request = server._make_request(*args)
+        request._client_max_size = MAX_REQUEST_BYTES  # aiohttp's default is 1 MiB
+        return request
+
+    server = aiohttp.web.Server(handler, handler_cancellation=True, access_log=None, request_factory=request_factory)
     runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, host, port)
