@@ -62,7 +62,7 @@ def test_huge_and_oversize_jobs_are_refused_while_liveness_answers(cluster: Embe
             with urllib.request.urlopen(live_url, timeout=5) as rsp:
                 assert rsp.status == 200
             latencies.append(time.monotonic() - started)
-            time.sleep(0.05)
+            time.sleep(0.01)  # dense enough for a p99 even when the scenario runs fast
 
     def up() -> bool:
         try:
