@@ -31,6 +31,7 @@ from gem_operator.sim.emulator import CRD_RESOURCE, NAMESPACES, Emulator, start_
 from gem_operator.sim.fleet import Node, load_fleet, validate_node
 from gem_operator.sim.lifecycle import NODES, LifecycleConfig, PodLifecycle
 from gem_operator.sim.objects import Obj
+from gem_operator.sim.processes import ProcessConfig, ProcessKubelet
 
 T = TypeVar("T")
 FleetSource = str | pathlib.Path | Iterable[Mapping[str, Any]] | None
@@ -52,13 +53,17 @@ class EmbeddedCluster:
         lifecycle: LifecycleConfig | None = None,
         namespaces: Iterable[str] = ("default",),
         kopf_peering: bool = True,
+        run_pods: ProcessConfig | None = None,
     ) -> None:
         self._nodes = self._fleet_nodes(fleet)
         self._crds = load_crds([*(KOPF_PEERING_CRDS if kopf_peering else ()), *crds])
         self._host, self._port = host, port
         self._namespaces = builtins.list(namespaces)
         self.emulator = Emulator()
-        self.lifecycle = PodLifecycle(self.emulator, lifecycle)
+        # With run_pods, serving pods run as local processes (the process kubelet) instead of being simulated.
+        self.processes = ProcessKubelet(self.emulator, run_pods) if run_pods is not None else None
+        self.emulator.pod_logs = self.processes.logs if self.processes is not None else None
+        self.lifecycle = PodLifecycle(self.emulator, lifecycle, self.processes)
         self._runner: aiohttp.web.BaseRunner | None = None
         self._url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
