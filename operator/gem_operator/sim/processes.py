@@ -213,7 +213,10 @@ class ProcessKubelet:
                     f"and {self.running} are running; lower the pool's maxReplicas or raise the limit "
                     "(--max-pod-processes)"
                 )
-                conditions = [{"type": "PodScheduled", "status": "True"}, _cond("Ready", "False", "ProcessLimit", message)]
+                conditions = [
+                    {"type": "PodScheduled", "status": "True"},
+                    _cond("Ready", "False", "ProcessLimit", message),
+                ]
                 await self._write_raw(pod, {"phase": "Pending", "reason": "ProcessLimit", "message": message,
                                             "conditions": conditions})  # fmt: skip
             return
@@ -556,7 +559,7 @@ class ProcessKubelet:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
         if procs:
-            _, pending = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in procs], timeout=grace)
+            await asyncio.wait([asyncio.ensure_future(p.wait()) for p in procs], timeout=grace)
             for proc in procs:
                 if proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError):

@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchrec")
 
-from gem_workloads.serving.device import DeviceProfile, DeviceProfileError, EmulatedDevice  # noqa: E402
+from gem_workloads.serving.device import DeviceProfile, DeviceProfileError, EmulatedDevice
 
 pytestmark = pytest.mark.workloads
 

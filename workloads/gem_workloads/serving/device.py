@@ -31,6 +31,7 @@ dcgm-exporter-compatible endpoint of the embedded cluster turns their rate into
 from __future__ import annotations
 
 import importlib.resources
+import itertools
 import json
 import math
 import threading
@@ -59,7 +60,7 @@ def _axis(raw: Any, key: str, where: str) -> list[float]:
     if not isinstance(raw, list) or not raw or not all(_number(v) and v >= 0 for v in raw):
         raise DeviceProfileError(f"{where}: {key} must be a non-empty list of numbers >= 0")
     values = [float(v) for v in raw]
-    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+    if any(b <= a for a, b in itertools.pairwise(values)):
         raise DeviceProfileError(f"{where}: {key} must increase strictly")
     return values
 
@@ -240,10 +241,14 @@ class EmulatedEngine(Engine):
         return out
 
 
-def parse_device(value: str, profile_path: str | None, time_scale: float, registry: CollectorRegistry) -> EmulatedDevice:
+def parse_device(
+    value: str, profile_path: str | None, time_scale: float, registry: CollectorRegistry
+) -> EmulatedDevice:
     """``emulated:NAME`` -> the device (profile from ``profile_path`` or the built-in ``NAME``)."""
     if not value.startswith(EMULATED_PREFIX):
-        raise DeviceProfileError(f"--device {value!r}: an emulated device is spelled emulated:NAME (e.g. emulated:h200)")
+        raise DeviceProfileError(
+            f"--device {value!r}: an emulated device is spelled emulated:NAME (e.g. emulated:h200)"
+        )
     name = value[len(EMULATED_PREFIX) :]
     if not name:
         raise DeviceProfileError("--device emulated: needs a name, e.g. emulated:h200")
