@@ -230,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
 
+    from gem_operator.cli.loadtest import add_parser as add_loadtest
+
+    add_loadtest(sub)
+
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(f"gemop {__version__}") or 0)
     return parser
