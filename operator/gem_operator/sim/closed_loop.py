@@ -294,7 +294,7 @@ class ClosedLoop:
                 states = policy_pod_states(pods)
                 self._startups(pods, startups)
                 desired = int(((self.resource().get("spec") or {}).get("replicas")) or 0)
-                deploy = self._deployment_replicas()
+                deploy = self.deployment_replicas()
                 samples.append(Sample(now, len(pods), sum(1 for s in states if s.serving), deploy or desired))
                 if decide is not None and now >= next_sync:
                     next_sync += sync_seconds
@@ -330,7 +330,7 @@ class ClosedLoop:
             seen.add(name)
             out.append(_seconds_between(p["metadata"].get("creationTimestamp"), ready.get("lastTransitionTime")))
 
-    def _deployment_replicas(self) -> int | None:
+    def deployment_replicas(self) -> int | None:
         assert self.cluster is not None
         d = self.cluster.get("apps/v1", "Deployment", f"{self.name}-{ROLE_SERVER}", self.namespace)
         return int((d or {}).get("spec", {}).get("replicas", 0)) if d else None
