@@ -50,10 +50,12 @@ import yaml
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.replay import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
-from gem_operator.autoscaling.service_model import ServiceModel
+from gem_operator.autoscaling.service_model import ServiceModel, single_server_p99_curve
 from gem_operator.sim.closed_loop import ClosedLoop, LoadtestError, PoolRun, Segment, hpa_rps_decider, python_env
 from gem_operator.sim.prometheus import PrometheusError
 
+# Seconds of load before any autoscaler acts (its windows fill with load, as in the replay).
+WARMUP_S = 35.0
 POOL_FLAGS = {"policy": POLICY, "static": STATIC_PEAK, "hpa-rps": HPA_RPS}
 GEM = "gem.dev/v1alpha1"
 
@@ -106,12 +108,16 @@ def _flag(args: Sequence[str], name: str, default: str | None = None) -> str | N
     return default
 
 
-def device_service_model(spec: RankingServiceSpec, candidates: int, seq_len: int, startup_s: float) -> ServiceModel:
+def device_service_model(
+    spec: RankingServiceSpec, candidates: int, seq_len: int, startup_s: float, *, batching_curve: bool = False
+) -> ServiceModel:
     """The fluid model of the emulated replicas the spec asks for (`gemop replay`'s `--profile`).
 
     One request per batch (``maxBatchSize: 1``) makes the device's busy fraction its utilisation,
     so the throughput is 1 / (service time of one request) and SM active = utilisation; the p99
-    curve is the default curve's shape in units of that service time; pod start is measured."""
+    curve is a single server's (M/D/1, `service_model.single_server_p99_curve`), or with
+    `batching_curve` the default curve's shape in units of the service time (what the first
+    closed loops were compared with); pod start is measured."""
     args = list(spec.workload.args)
     device = _flag(args, "--device", "")
     if not device or not device.startswith("emulated:"):
@@ -130,9 +136,11 @@ def device_service_model(spec: RankingServiceSpec, candidates: int, seq_len: int
             f"spec.maxBatchSize is {batch}: the load test's fluid model assumes one request per batch "
             "(set maxBatchSize: 1 so the emulated device's busy fraction is its utilisation)"
         )
-    base = ServiceModel()
-    first = base.latency_p99_ms[0][1]
-    curve = tuple((u, ms / first * seconds * 1000.0) for u, ms in base.latency_p99_ms)
+    if batching_curve:  # the default curve's shape (a batching GPU server), in units of the service time
+        base = ServiceModel()
+        curve = tuple((u, ms / base.latency_p99_ms[0][1] * seconds * 1000.0) for u, ms in base.latency_p99_ms)
+    else:
+        curve = single_server_p99_curve(seconds)
     return ServiceModel(
         throughput_per_replica=1.0 / seconds,
         latency_p99_ms=curve,
@@ -278,15 +286,17 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
             pool = POOL_FLAGS[flag]
             with ClosedLoop(raw, work / pool, origin, fleet=opts.fleet, max_processes=opts.max_pod_processes) as loop:
                 initial = static_n if pool == STATIC_PEAK else start_n
-                loop.apply(initial, autoscaling=pool == POLICY)
+                loop.apply(initial, autoscaling=False)  # autoscalers start once the load is on
                 progress(f"[{flag}] starting {initial} replicas")
                 loop.wait_ready(initial, opts.ready_timeout)
                 decide = None
                 if pool == HPA_RPS:
                     decide = hpa_rps_decider(spec, target_util * model0.throughput_per_replica)
                 progress(f"[{flag}] replaying")
+                on_warm = (lambda lp, n=initial: lp.apply(n, autoscaling=True)) if pool == POLICY else None
+                on_warm = (lambda lp, n=initial: lp.apply(n, autoscaling=True)) if pool == POLICY else None
                 runs[pool] = loop.replay(segment, pool=flag, candidates=opts.candidates, decide=decide,
-                                         progress=progress)  # fmt: skip
+                                         progress=progress, warmup_s=WARMUP_S, on_warm=on_warm)  # fmt: skip
         startups = [s for r in runs.values() for s in r.startup_seconds]
         startup = sum(startups) / len(startups) if startups else model0.startup_seconds
         model = device_service_model(spec, opts.candidates, 16, startup)
@@ -294,7 +304,12 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
         described = model.describe()
         described.pop("source")
         profile.write_text(json.dumps(described))
-        sim = run_replay(segment.write_jsonl(work / "segment.jsonl"), opts.service, profile=profile)
+        segment_file = segment.write_jsonl(work / "segment.jsonl")
+        sim = run_replay(segment_file, opts.service, profile=profile)
+        before = device_service_model(spec, opts.candidates, 16, startup, batching_curve=True).describe()
+        before.pop("source")
+        (work / "service-model-batching.json").write_text(json.dumps(before))
+        sim_before = run_replay(segment_file, opts.service, profile=work / "service-model-batching.json")
         report: dict[str, Any] = {
             "duration_seconds": segment.seconds,
             "service": name,
@@ -312,6 +327,7 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
             else:
                 report["baselines"][pool] = figures
         report["simulated"] = sim.to_dict(timeline=False)
+        report["simulated_batching_curve"] = sim_before.to_dict(timeline=False)
         if opts.plot is not None:
             plot_loadtest(report, opts.plot)
         return report

@@ -267,8 +267,14 @@ class ClosedLoop:
         progress: Callable[[str], None] | None = None,
         sync_seconds: float = 15.0,
         during: Callable[[ClosedLoop, float], None] | None = None,
+        warmup_s: float = 0.0,
+        on_warm: Callable[[ClosedLoop], None] | None = None,
     ) -> PoolRun:
-        """Send the segment through the Service front; sample replicas every second meanwhile."""
+        """Send the segment through the Service front; sample replicas every second meanwhile.
+
+        `decide` (an external autoscaler) runs every `sync_seconds` once `warmup_s` have passed,
+        when `on_warm` also runs once (e.g. to hand the pool to the operator's autoscaler): every
+        autoscaler starts its history with the load on, as the replay's pools do."""
         url = self.service_url()
         if url is None:
             raise LoadtestError("the RankingService's Service has no front yet (no pods)")
@@ -286,7 +292,8 @@ class ClosedLoop:
         samples: list[Sample] = []
         startups: list[float] = []
         start = time.monotonic()
-        next_sync, next_minute = sync_seconds, 60.0
+        next_sync, next_minute = max(sync_seconds, warmup_s), 60.0
+        warm = False
         try:
             while proc.poll() is None:
                 now = time.monotonic() - start
@@ -296,6 +303,10 @@ class ClosedLoop:
                 desired = int(((self.resource().get("spec") or {}).get("replicas")) or 0)
                 deploy = self.deployment_replicas()
                 samples.append(Sample(now, len(pods), sum(1 for s in states if s.serving), deploy or desired))
+                if not warm and now >= warmup_s:
+                    warm = True
+                    if on_warm is not None:
+                        on_warm(self)
                 if decide is not None and now >= next_sync:
                     next_sync += sync_seconds
                     decide(self, now)
@@ -359,7 +370,7 @@ class ClosedLoop:
 
     def rps_per_pod(self) -> dict[str, float] | None:
         assert self.prometheus is not None
-        q = f'sum by (pod) (rate(gem_ranking_requests_total{{namespace="{self.namespace}"}}[1m]))'
+        q = f'sum by (pod) (rate(gem_ranking_requests_total{{namespace="{self.namespace}"}}[30s]))'
         try:
             params = urllib.parse.urlencode({"query": q})
             with urllib.request.urlopen(f"{self.prometheus.url}/api/v1/query?{params}", timeout=5) as r:
