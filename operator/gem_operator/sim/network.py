@@ -36,7 +36,8 @@ import aiohttp.web
 
 from gem_operator.sim.emulator import Emulator, Resource
 from gem_operator.sim.objects import Obj
-from gem_operator.sim.processes import LOOPBACK, PORTS_ANNOTATION, ProcessKubelet
+from gem_operator.sim.pod_config import LOOPBACK
+from gem_operator.sim.processes import PORTS_ANNOTATION, ProcessKubelet
 
 logger = logging.getLogger(__name__)
 

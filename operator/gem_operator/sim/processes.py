@@ -33,17 +33,14 @@ object is gone; its output stays in the log directory until the cluster stops.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import datetime
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,17 +50,14 @@ import aiohttp
 
 from gem_operator.sim.emulator import Emulator, Resource
 from gem_operator.sim.objects import Obj
+from gem_operator.sim.pod_config import LOOPBACK, TERMINATION_LOG, ContainerConfigError, ContainerSetup
 
 logger = logging.getLogger(__name__)
 
 PODS = Resource("", "v1", "pods")
-SECRETS = Resource("", "v1", "secrets")
-CONFIGMAPS = Resource("", "v1", "configmaps")
 PORTS_ANNOTATION = "sim.gem.dev/ports"
 PROCESS_KINDS = frozenset({"rankingservice", "solarisprecompute"})
 KIND_LABEL = "gem.dev/kind"
-TERMINATION_LOG = "/dev/termination-log"
-LOOPBACK = "127.0.0.1"
 
 
 @dataclasses.dataclass
@@ -89,10 +83,6 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-class ContainerConfigError(Exception):
-    """What a kubelet reports as CreateContainerConfigError (a missing Secret key, ...)."""
 
 
 @dataclasses.dataclass
@@ -151,27 +141,7 @@ def _restart_policy(pod: Obj) -> str:
     return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
 
 
-def _field(pod: Obj, path: str, ports: Mapping[str, int]) -> str:
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    simple = {
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace"),
-        "metadata.uid": meta.get("uid"),
-        "spec.nodeName": spec.get("nodeName"),
-        "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
-        "status.podIP": LOOPBACK,
-        "status.podIPs": LOOPBACK,
-        "status.hostIP": LOOPBACK,
-    }
-    if path in simple:
-        return str(simple[path] or "")
-    for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
-        if path.startswith(prefix + "['") and path.endswith("']"):
-            return str((meta.get(source) or {}).get(path[len(prefix) + 2 : -2], ""))
-    raise ContainerConfigError(f"env fieldRef.fieldPath {path!r} is not supported by the process kubelet")
-
-
-class ProcessKubelet:
+class ProcessKubelet(ContainerSetup):
     """Starts, probes, restarts and stops pod processes; driven by `PodLifecycle` on its loop."""
 
     def __init__(self, emulator: Emulator, config: ProcessConfig | None = None) -> None:
@@ -288,105 +258,6 @@ class ProcessKubelet:
             inits=[_Container(c, True) for c in spec.get("initContainers") or []],
             containers=[_Container(c, False) for c in spec.get("containers") or []],
         )
-
-    def _mounts(self, run: _Run, container: Obj) -> dict[str, Path]:
-        volumes = {v.get("name"): v for v in (run.pod.get("spec") or {}).get("volumes") or []}
-        out: dict[str, Path] = {}
-        for m in container.get("volumeMounts") or []:
-            volume = volumes.get(m.get("name")) or {}
-            if "hostPath" in volume:
-                local = run.node_dir / str(volume["hostPath"].get("path", "host")).strip("/")
-            else:
-                local = run.dir / "volumes" / str(m.get("name"))
-            local.mkdir(parents=True, exist_ok=True)
-            out[str(m["mountPath"]).rstrip("/")] = local
-        term = run.dir / f"{container.get('name', 'c')}.termination-log"
-        out[str(container.get("terminationMessagePath") or TERMINATION_LOG)] = term
-        return out
-
-    def _rewrite(self, value: str, run: _Run, mounts: Mapping[str, Path]) -> str:
-        for prefix, origin in sorted(self.config.origins.items(), key=lambda kv: -len(kv[0])):
-            if value == prefix or value.startswith(prefix.rstrip("/") + "/"):
-                return origin.rstrip("/") + value[len(prefix.rstrip("/")) :]
-        for path, local in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-            if value == path or value.startswith(path + "/"):
-                return str(local) + value[len(path) :]
-        if "=" in value and value.startswith("-"):
-            flag, _, rest = value.partition("=")
-            return f"{flag}={self._rewrite(rest, run, mounts)}"
-        return value
-
-    def _argv(self, run: _Run, container: Obj, mounts: Mapping[str, Path]) -> list[str]:
-        command = [str(a) for a in container.get("command") or []]
-        args = [str(a) for a in container.get("args") or []]
-        argv = command + args
-        if not argv:
-            raise ContainerConfigError(f"container {container.get('name')!r} has no command: images are not run here")
-        out: list[str] = []
-        for i, token in enumerate(argv):
-            previous = argv[i - 1] if i else ""
-            if previous.startswith("-") and previous.lower().endswith("port") and token in run.ports:
-                out.append(str(run.ports[token]))
-            else:
-                out.append(self._rewrite(token, run, mounts))
-        exe = out[0]
-        if exe in ("python", "python3"):
-            out[0] = sys.executable
-        elif "/" not in exe:
-            beside = Path(sys.executable).parent / exe
-            found = str(beside) if beside.exists() else shutil.which(exe)
-            if found is None:
-                raise ContainerConfigError(f'exec: "{exe}": executable file not found in $PATH')
-            out[0] = found
-        return out
-
-    def _secret_or_map(self, namespace: str, kind: str, name: str) -> dict[str, str] | None:
-        res = SECRETS if kind == "secret" else CONFIGMAPS
-        obj = self.emulator.get_object(res, namespace, name)
-        if obj is None:
-            return None
-        data = {k: str(v) for k, v in (obj.get("data") or {}).items()}
-        if kind == "secret":
-            data = {k: base64.b64decode(v).decode(errors="replace") for k, v in data.items()}
-            data.update({k: str(v) for k, v in (obj.get("stringData") or {}).items()})
-        return data
-
-    def _env(self, run: _Run, container: Obj, mounts: Mapping[str, Path]) -> dict[str, str]:
-        namespace = run.pod["metadata"]["namespace"]
-        base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "PYTHONPATH", "TMPDIR") if k in os.environ}
-        env: dict[str, str] = {**base, "HOSTNAME": run.pod["metadata"]["name"], **self.config.env}
-        for source in container.get("envFrom") or []:
-            for kind in ("secret", "configMap"):
-                ref = source.get(f"{kind}Ref")
-                if ref is None:
-                    continue
-                data = self._secret_or_map(namespace, kind.lower(), ref.get("name", ""))
-                if data is None and not ref.get("optional"):
-                    raise ContainerConfigError(f'{kind} "{ref.get("name")}" not found')
-                env.update({source.get("prefix", "") + k: v for k, v in (data or {}).items()})
-        for item in container.get("env") or []:
-            name = str(item.get("name"))
-            if "value" in item:
-                value = str(item["value"])
-                if "PORT" in name.upper() and value in run.ports:
-                    value = str(run.ports[value])
-                env[name] = self._rewrite(value, run, mounts)
-                continue
-            source = item.get("valueFrom") or {}
-            if "fieldRef" in source:
-                env[name] = _field(run.pod, str(source["fieldRef"].get("fieldPath", "")), run.ports)
-            elif "secretKeyRef" in source or "configMapKeyRef" in source:
-                kind = "secret" if "secretKeyRef" in source else "configmap"
-                ref = source.get("secretKeyRef") or source.get("configMapKeyRef") or {}
-                data = self._secret_or_map(namespace, kind, ref.get("name", ""))
-                if data is None or ref.get("key") not in data:
-                    if ref.get("optional"):
-                        continue
-                    raise ContainerConfigError(f'couldn\'t find key {ref.get("key")} in {kind} "{ref.get("name")}"')
-                env[name] = data[ref["key"]]
-            elif "resourceFieldRef" in source:
-                env[name] = "0"
-        return env
 
     # -- running a pod ----------------------------------------------------------------------------
 
@@ -631,4 +502,4 @@ def _cond(kind: str, status: str, reason: str = "", message: str = "") -> Obj:
     return out
 
 
-__all__ = ["PORTS_ANNOTATION", "ContainerConfigError", "ProcessConfig", "ProcessKubelet", "free_port"]
+__all__ = ["LOOPBACK", "PORTS_ANNOTATION", "ContainerConfigError", "ProcessConfig", "ProcessKubelet", "free_port"]

@@ -22,7 +22,8 @@ from typing import Self
 
 import yaml
 
-from gem_operator.sim.processes import LOOPBACK, free_port
+from gem_operator.sim.pod_config import LOOPBACK
+from gem_operator.sim.processes import free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 
