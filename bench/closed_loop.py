@@ -118,7 +118,14 @@ def main() -> int:
     ap.add_argument("--work-dir", type=Path, default=None)
     args = ap.parse_args()
 
+    import signal
+
     from gem_operator.autoscaling.replay import load_service
+
+    def interrupt(*_: object) -> None:  # SIGTERM unwinds like Ctrl-C: every process started is stopped
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
     from gem_operator.cli.loadtest import LoadtestOptions, cut_segment, device_service_model, run_loadtest, to_table
 
     _, spec = load_service(SERVICE)

@@ -44,11 +44,15 @@ def test_segment_cuts_scales_and_shifts(tmp_path: Path) -> None:
 def test_fluid_model_of_the_emulated_service() -> None:
     _, spec = load_service(SERVICE)
     model = device_service_model(spec, candidates=16, seq_len=16, startup_s=20.0)
-    # h200 profile: 0.996 ms for a one-request batch of <= 64 candidates, x100 time scale.
-    assert model.throughput_per_replica == pytest.approx(1 / 0.0996, rel=1e-3)
+    # h200 profile: 0.996 ms for a one-request batch of <= 64 candidates, x200 time scale.
+    assert model.throughput_per_replica == pytest.approx(1 / 0.1992, rel=1e-3)
     assert model.sm_active == ((0.0, 0.0), (1.0, 1.0))
     assert model.startup_seconds == 20.0
-    assert model.p99_ms(0.0) == pytest.approx(99.6, rel=0.01)
+    assert model.p99_ms(0.0) == pytest.approx(199.2, rel=0.01)
+    # A single server (M/D/1): about 6 service times at 60 % utilisation, not the batching curve's 1.3.
+    assert model.p99_ms(0.6) == pytest.approx(6.12 * 199.2, rel=0.02)
+    batching = device_service_model(spec, 16, 16, 20.0, batching_curve=True)
+    assert batching.p99_ms(0.6) == pytest.approx(24 / 18 * 199.2, rel=0.02)
     assert model.p99_ms(0.9) > model.p99_ms(0.6) > model.p99_ms(0.3)
 
 

@@ -158,10 +158,22 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with EmbeddedCluster(args.fleet, list(gem_crds().values()), host=args.host, port=args.port) as cluster:
+    run_pods = None
+    if args.run_pods:
+        from gem_operator.sim.processes import ProcessConfig
+
+        origins = dict(o.split("=", 1) for o in args.origin or [] if "=" in o)
+        if len(origins) != len(args.origin or []):
+            print("gemop sim up: --origin takes URI=PATH (e.g. s3://gem-models/ranker/v42=/srv/models/v42)")
+            return 2
+        run_pods = ProcessConfig(max_processes=args.max_pod_processes, origins=origins)
+    crds = list(gem_crds().values())
+    with EmbeddedCluster(args.fleet, crds, host=args.host, port=args.port, run_pods=run_pods) as cluster:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         cluster.apply(peering_object(PEERING_NAME, "default"))
         print(f"embedded cluster serving at {cluster.url}; kubeconfig: {kubeconfig}", flush=True)
+        if cluster.network is not None:
+            print(f"  pods run as processes; Prometheus file_sd targets in {cluster.network.sd_dir}", flush=True)
         print(f"  kubectl --kubeconfig {kubeconfig} apply --validate=false -f crds/samples/", flush=True)
         operator = None
         if args.operator:
@@ -222,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
     up.add_argument("--kubeconfig", type=Path, default=Path("gem-sim.kubeconfig"), help="where to write it")
     up.add_argument("--operator", action="store_true", help="also run the operator in this process")
+    up.add_argument(
+        "--run-pods",
+        action="store_true",
+        help="run RankingService/SolarisPrecompute pods as local processes (process kubelet, Service fronts, "
+        "node dcgm-exporters, Prometheus file_sd)",
+    )
+    up.add_argument("--origin", action="append", help="with --run-pods: URI=PATH, pull URI's bytes from PATH")
+    up.add_argument("--max-pod-processes", type=int, default=16, help="with --run-pods: most pods run at once")
     up.set_defaults(func=_cmd_sim_up)
 
     sub.add_parser(

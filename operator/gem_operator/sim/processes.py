@@ -19,7 +19,8 @@ would run them, minus the container runtime:
   ``--port``-style arguments and ``*PORT*`` env values; ``status.podIP`` is 127.0.0.1 and the
   ``sim.gem.dev/ports`` annotation maps port names (and numbers) to the local ports, which the
   Service front and the Prometheus file_sd read;
-- Ready from the readinessProbe (``httpGet``, ``tcpSocket``), every ``periodSeconds``;
+- Ready from the readinessProbe (``httpGet``, ``tcpSocket``), every ``periodSeconds``, with its
+  ``timeoutSeconds``, ``successThreshold`` and ``failureThreshold`` (defaults 1 s, 1, 3);
 - on deletion, SIGTERM to the process group, SIGKILL after ``terminationGracePeriodSeconds``;
 - restarts per ``restartPolicy`` with exponential back-off (CrashLoopBackOff), container states,
   exit codes and restart counts in ``status.containerStatuses``;
@@ -394,11 +395,18 @@ class ProcessKubelet(ContainerSetup):
         await asyncio.sleep(float(probe.get("initialDelaySeconds", 0)))
         period = max(float(probe.get("periodSeconds", 10)), 0.1)
         timeout = aiohttp.ClientTimeout(total=float(probe.get("timeoutSeconds", self.config.probe_timeout)))
+        # As the kubelet: Ready after successThreshold passes in a row, unready after failureThreshold
+        # failures in a row (one slow answer on a busy machine does not take a pod out of its Service).
+        need_ok = max(int(probe.get("successThreshold", 1)), 1)
+        need_fail = max(int(probe.get("failureThreshold", 3)), 1)
+        passes = fails = 0
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
                 ok = await self._check(session, run, probe)
-                if ok != container.ready:
-                    container.ready = ok
+                passes, fails = (passes + 1, 0) if ok else (0, fails + 1)
+                flip = (not container.ready and passes >= need_ok) or (container.ready and fails >= need_fail)
+                if flip:
+                    container.ready = not container.ready
                     await self._write(run)
                 await asyncio.sleep(period)
 
