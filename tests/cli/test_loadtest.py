@@ -99,3 +99,9 @@ def test_bad_flags_and_services_get_a_clear_error(tmp_path: Path, capsys: pytest
     assert "emulated device" in capsys.readouterr().err
     assert main(["loadtest", "--trace", str(tmp_path / "missing.csv"), "--service", str(SERVICE)]) == 2
     assert "missing.csv" in capsys.readouterr().err
+
+
+def test_sim_up_run_pods_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "up", "--run-pods", "--origin", "s3://bucket/model"]) == 2
+    assert "--origin URI=PATH" in capsys.readouterr().err
+    assert main(["sim", "up", "--origin", "s3://b/m=/srv/m"]) == 2  # --origin without --run-pods

@@ -155,18 +155,22 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     from gem_operator.cli.operator import OperatorOptions, OperatorThread
     from gem_operator.sim.cluster import EmbeddedCluster
 
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     run_pods = None
-    if args.run_pods:
+    if args.run_pods or args.origin:
         from gem_operator.sim.processes import ProcessConfig
 
         origins = dict(o.split("=", 1) for o in args.origin or [] if "=" in o)
-        if len(origins) != len(args.origin or []):
-            print("gemop sim up: --origin takes URI=PATH (e.g. s3://gem-models/ranker/v42=/srv/models/v42)")
+        if len(origins) != len(args.origin or []) or not args.run_pods or args.max_pod_processes < 1:
+            print(
+                "gemop sim up: --origin URI=PATH (e.g. s3://gem-models/ranker/v42=/srv/models/v42) and "
+                "--max-pod-processes N >= 1 go with --run-pods",
+                file=sys.stderr,
+            )
             return 2
         run_pods = ProcessConfig(max_processes=args.max_pod_processes, origins=origins)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     crds = list(gem_crds().values())
     with EmbeddedCluster(args.fleet, crds, host=args.host, port=args.port, run_pods=run_pods) as cluster:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)

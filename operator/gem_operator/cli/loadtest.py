@@ -320,12 +320,19 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
             "service_model": model.describe(),
             "baselines": {},
         }
+        # Keys as `gemop replay --output json` has them: per-pool summaries, one timeline of minutes.
+        minutes = max(1, math.ceil(segment.seconds / 60))
+        timeline: list[dict[str, Any]] = [{"minute": m} for m in range(minutes)]
         for pool, run in runs.items():
             figures = pool_figures(run, spec.slo.p99_latency_ms, segment.seconds, spec.gpus_per_replica)
+            for row, per_pool in zip(timeline, figures.pop("timeline"), strict=False):
+                row.setdefault("requests_per_s", round(per_pool["requests"] / 60.0, 2))
+                row[pool] = {k: v for k, v in per_pool.items() if k != "minute"}
             if pool == POLICY:
                 report["policy"] = figures
             else:
                 report["baselines"][pool] = figures
+        report["timeline"] = timeline
         report["simulated"] = sim.to_dict(timeline=False)
         report["simulated_batching_curve"] = sim_before.to_dict(timeline=False)
         if opts.plot is not None:
@@ -367,14 +374,13 @@ def plot_loadtest(report: Mapping[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pools = {POLICY: report.get("policy"), **report.get("baselines", {})}
+    pools = [POLICY, *report.get("baselines", {})] if report.get("policy") else [*report.get("baselines", {})]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    for pool, figures in pools.items():
-        if not figures:
-            continue
-        minutes = [row["minute"] for row in figures["timeline"]]
-        ax1.plot(minutes, [row["replicas"] for row in figures["timeline"]], label=pool)
-        ax2.plot(minutes, [row["p99_ms"] or float("nan") for row in figures["timeline"]], label=pool)
+    rows = report["timeline"]
+    for pool in pools:
+        minutes = [row["minute"] for row in rows if pool in row]
+        ax1.plot(minutes, [row[pool]["replicas"] for row in rows if pool in row], label=pool)
+        ax2.plot(minutes, [row[pool]["p99_ms"] or float("nan") for row in rows if pool in row], label=pool)
     ax2.axhline(report["slo_p99_ms"], color="red", linestyle="--", label="SLO")
     ax1.set_ylabel("replicas held")
     ax2.set_ylabel("client p99 (ms)")
