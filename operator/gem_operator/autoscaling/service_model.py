@@ -156,6 +156,28 @@ def _curve(value: Any, where: str) -> Curve:
     return tuple(points)
 
 
+def single_server_p99_curve(
+    service_seconds: float, points: Sequence[float] = (0.0, 0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+) -> Curve:
+    """p99 latency (ms) vs utilisation of a server that serves one request at a time in a fixed time.
+
+    The default `latency_p99_ms` describes a batching GPU server (a many-slot queue: flat until
+    the knee). A server that holds one request per batch for `service_seconds` (the load test's
+    emulated replicas with ``maxBatchSize: 1``) is an M/D/1 queue under Poisson arrivals: the wait
+    exceeds t with probability about rho * exp(-2 (1 - rho) t / D), so
+    p99 = D * (1 + max(0, ln(100 rho)) / (2 (1 - rho))). Measured closed loops showed p99 of 6-10 D
+    at 60 % utilisation where the batching curve says 1.3 D, i.e. SLO violations the fluid model
+    missed. At rho = 1 the value is capped at the rho = 0.99 one; the fluid queue adds the rest.
+    """
+    d_ms = 1000.0 * service_seconds
+    out = []
+    for rho in points:
+        r = min(rho, 0.99)
+        wait = math.log(100 * r) / (2 * (1 - r)) if r > 0.01 else 0.0
+        out.append((rho, d_ms * (1 + max(0.0, wait))))
+    return tuple(out)
+
+
 def fluid_step(queued: float, load: float, capacity: float, dt: float) -> tuple[float, float]:
     """Advance the fluid queue `dt` seconds at `load` against `capacity` (cost units/s).
 
@@ -227,4 +249,13 @@ def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: floa
     return pairs[-1][0]
 
 
-__all__ = ["Curve", "Pool", "ProfileError", "ServiceModel", "fluid_step", "interpolate", "weighted_quantile"]
+__all__ = [
+    "Curve",
+    "Pool",
+    "ProfileError",
+    "ServiceModel",
+    "fluid_step",
+    "interpolate",
+    "single_server_p99_curve",
+    "weighted_quantile",
+]

@@ -150,6 +150,19 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     if problem:
         print(f"gemop sim up: {problem}", file=sys.stderr)
         return 2
+    run_pods = None
+    if args.run_pods or args.origin:
+        from gem_operator.sim.processes import ProcessConfig
+
+        origins = dict(o.split("=", 1) for o in args.origin or [] if "=" in o)
+        if len(origins) != len(args.origin or []) or not args.run_pods or args.max_pod_processes < 1:
+            print(
+                "gemop sim up: --origin URI=PATH (e.g. s3://gem-models/ranker/v42=/srv/models/v42) and "
+                "--max-pod-processes N >= 1 go with --run-pods",
+                file=sys.stderr,
+            )
+            return 2
+        run_pods = ProcessConfig(max_processes=args.max_pod_processes, origins=origins)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -163,7 +176,9 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
         if not token:
             print(f"gemop sim up: --token-file {args.token_file} is empty; put the bearer token in it", file=sys.stderr)
             return 2
-    embedded = EmbeddedCluster(fleet, list(gem_crds().values()), host=args.host, port=args.port, token=token)
+    embedded = EmbeddedCluster(
+        fleet, list(gem_crds().values()), host=args.host, port=args.port, token=token, run_pods=run_pods
+    )
     try:
         cluster = embedded.__enter__()
     except (OSError, RuntimeError) as exc:
@@ -173,6 +188,8 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         cluster.apply(peering_object(PEERING_NAME, "default"))
         print(f"embedded cluster serving at {cluster.url}; kubeconfig: {kubeconfig}", flush=True)
+        if cluster.network is not None:
+            print(f"  pods run as processes; Prometheus file_sd targets in {cluster.network.sd_dir}", flush=True)
         print(f"  kubectl --kubeconfig {kubeconfig} apply --validate=false -f {samples_dir()}/", flush=True)
         operator = None
         if args.operator:
@@ -260,6 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--token-file", type=Path, help="require the bearer token in this file on every request (401 otherwise)"
     )
+    up.add_argument(
+        "--run-pods",
+        action="store_true",
+        help="run RankingService/SolarisPrecompute pods as local processes (process kubelet, Service fronts, "
+        "node dcgm-exporters, Prometheus file_sd)",
+    )
+    up.add_argument("--origin", action="append", help="with --run-pods: URI=PATH, pull URI's bytes from PATH")
+    up.add_argument("--max-pod-processes", type=int, default=16, help="with --run-pods: most pods run at once")
     up.set_defaults(func=_cmd_sim_up)
 
     sub.add_parser(
@@ -267,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay a traffic trace against the autoscaling policy and baselines (see `gemop replay --help`)",
         add_help=False,
     )
+
+    from gem_operator.cli.loadtest import add_parser as add_loadtest
+
+    add_loadtest(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(f"gemop {__version__}") or 0)

@@ -30,7 +30,9 @@ from gem_operator.sim.crds import KOPF_PEERING_CRDS, load_crds
 from gem_operator.sim.emulator import CRD_RESOURCE, NAMESPACES, Emulator, start_http
 from gem_operator.sim.fleet import Node, load_fleet, validate_node
 from gem_operator.sim.lifecycle import NODES, LifecycleConfig, PodLifecycle
+from gem_operator.sim.network import ClusterNetwork
 from gem_operator.sim.objects import Obj
+from gem_operator.sim.processes import ProcessConfig, ProcessKubelet
 
 T = TypeVar("T")
 FleetSource = str | pathlib.Path | Iterable[Mapping[str, Any]] | None
@@ -53,6 +55,7 @@ class EmbeddedCluster:
         namespaces: Iterable[str] = ("default",),
         kopf_peering: bool = True,
         token: str | None = None,
+        run_pods: ProcessConfig | None = None,
     ) -> None:
         """``token``: require it as a bearer token on every request (the kubeconfig carries it)."""
         self._nodes = self._fleet_nodes(fleet)
@@ -61,7 +64,16 @@ class EmbeddedCluster:
         self._token = token
         self._namespaces = builtins.list(namespaces)
         self.emulator = Emulator()
-        self.lifecycle = PodLifecycle(self.emulator, lifecycle)
+        # With run_pods, serving pods run as local processes (the process kubelet) instead of being simulated.
+        self.processes = ProcessKubelet(self.emulator, run_pods) if run_pods is not None else None
+        self.emulator.pod_logs = self.processes.logs if self.processes is not None else None
+        self.lifecycle = PodLifecycle(self.emulator, lifecycle, self.processes)
+        # Service fronts, node dcgm-exporters and Prometheus file_sd targets for those pods.
+        self.network = (
+            ClusterNetwork(self.emulator, self.processes, self.processes.root / "file_sd")
+            if self.processes is not None
+            else None
+        )
         self._runner: aiohttp.web.BaseRunner | None = None
         self._url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -94,8 +106,12 @@ class EmbeddedCluster:
         for node in self._nodes:
             await self.emulator.create_object(NODES, node, keep_status=True)
         self.lifecycle.start()
+        if self.network is not None:
+            await self.network.start()
 
     async def stop(self) -> None:
+        if self.network is not None:
+            await self.network.stop()
         await self.lifecycle.stop()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -264,6 +280,10 @@ class EmbeddedCluster:
 
     def recover_node(self, name: str) -> Obj:
         return self._sync(self.arecover_node(name))
+
+    def service_url(self, namespace: str, name: str) -> str | None:
+        """The loopback URL of a Service's front (process pods only; None until it has endpoints)."""
+        return self.network.service_url(namespace, name) if self.network is not None else None
 
     def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
         """Poll `predicate` until it returns something truthy; raise TimeoutError at the deadline."""

@@ -235,6 +235,9 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     _watchers: dict[Any, set[Watcher]] = attrs.field(factory=dict, init=False)
     listeners: list[ChangeListener] = attrs.field(factory=list, init=False)
     _schemas: dict[Any, admission.Schema | None] = attrs.field(factory=dict, init=False)
+    # `kubectl logs`: (namespace, pod, container, previous) -> the output of a pod run as a process,
+    # None when the pod is simulated (set by the process kubelet, sim/processes.py).
+    pod_logs: Callable[[str, str, str | None, bool], str | None] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -729,6 +732,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             return await self._watch(request)
         if method == "GET" and request.name is None:
             return self._list_response(request)
+        if method == "GET" and res == PODS and request.subresource == "log":
+            return self._pod_log(request.namespace, request.name, params)
         if method == "GET":
             stored = self._stored(res, request.namespace, request.name)
             if stored is None:
@@ -769,6 +774,24 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             orphan = orphan or params.get("propagationPolicy") == "Orphan"
             return self._answer(await self._delete(res, request.namespace, request.name, orphan=orphan), request)
         raise _error(405, "MethodNotAllowed", f"{method} is not supported on this path by the emulator")
+
+    def _pod_log(self, namespace: str, name: str, params: dict[str, str]) -> aiohttp.web.StreamResponse:
+        """Plain-text container output, as the kubelet serves it: never the pod's JSON."""
+        if self._stored(PODS, namespace, name) is None:
+            raise _error(404, "NotFound", f'pods "{name}" not found')
+        try:
+            text = self.pod_logs(namespace, name, params.get("container"), params.get("previous") == "true") \
+                if self.pod_logs is not None else None  # fmt: skip
+        except LookupError as exc:
+            raise _error(400, "BadRequest", str(exc)) from exc
+        if text is None:
+            raise _error(
+                400, "BadRequest", f"pod {name} is simulated by the embedded cluster: its containers never ran, "
+                "so it has no logs (pods run as processes with `gemop sim up --run-pods`)"
+            )  # fmt: skip
+        if params.get("tailLines", "").isdigit():
+            text = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]) :])
+        return aiohttp.web.Response(text=text, content_type="text/plain")
 
     def _answer(self, stored: Stored, request: Any, status: int = 200) -> aiohttp.web.StreamResponse:
         if request.subresource == "scale":

@@ -13,12 +13,15 @@ import contextlib
 import dataclasses
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gem_operator.sim.emulator import Emulator, Resource
 from gem_operator.sim.objects import Obj
 from gem_operator.sim.scheduling import FINISHED, choose_node
 from gem_operator.sim.workloads import reconcile_daemonset, reconcile_deployment, simulated_init_message
+
+if TYPE_CHECKING:
+    from gem_operator.sim.processes import ProcessKubelet
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +98,11 @@ def _container_statuses(pod: Obj, *, ready: bool, started_at: str) -> list[Obj]:
 class PodLifecycle:
     """Runs as one asyncio task on the emulator's loop; see the module docstring."""
 
-    def __init__(self, emulator: Emulator, config: LifecycleConfig | None = None) -> None:
+    def __init__(
+        self, emulator: Emulator, config: LifecycleConfig | None = None, processes: ProcessKubelet | None = None
+    ) -> None:
         self.emulator = emulator
+        self.processes = processes  # pods it handles run as local processes (sim/processes.py)
         self.config = config or LifecycleConfig()
         self._wake = asyncio.Event()
         self._since: dict[str, float] = {}  # pod uid -> loop time of its last phase step
@@ -124,6 +130,8 @@ class PodLifecycle:
                 await self._task
             self._task = None
             self._stopping = False
+        if self.processes is not None:
+            await self.processes.stop()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -184,6 +192,9 @@ class PodLifecycle:
         uid = meta["uid"]
         if not scheduled:
             await self._schedule(pod, pods, nodes, now)
+            return None
+        if self.processes is not None and self.processes.handles(pod):
+            await self.processes.ensure(pod)
             return None
         elapsed = now - self._since.setdefault(uid, now)
         if phase == "Pending":

@@ -133,7 +133,15 @@ def test_achieved_rate_matches_the_trace_at_modest_load(server_url: str) -> None
 def test_cli_bounded_by_count(server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps({"t": i * 0.01, "cost": 1 + i % 3}) + "\n" for i in range(500)))
-    rc = replay_main(["--trace", str(trace), "--url", server_url + "/v1/rank", "--max-requests", "20"])
+    records = tmp_path / "records.jsonl"
+    rc = replay_main(
+        ["--trace", str(trace), "--url", server_url + "/v1/rank", "--max-requests", "20", "--records", str(records)]
+    )
     assert rc == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines[-1]["summary"] and lines[-1]["scheduled"] == 20 and lines[-1]["ok"] == 20
+    # One record per request, by send time, with its own latency and status.
+    rows = [json.loads(x) for x in records.read_text().splitlines()]
+    assert len(rows) == 20 and all(r["status"] == "200" and r["ms"] > 0 for r in rows)
+    assert [r["t"] for r in rows] == sorted(r["t"] for r in rows)
+    assert {r["candidates"] for r in rows} <= {32, 64, 96}  # costs 1, 2, 3 normalised to mean 1

@@ -29,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", type=int, default=64, help="candidates of a request of average cost")
     p.add_argument("--max-candidates", type=int, default=2048)
     p.add_argument("--seq-len", type=int, default=None, help="events in the user sequence (default: the model's)")
+    p.add_argument("--records", default=None, help="write one JSON line per request (t, ms, status) to this file")
     p.add_argument("--body", default=None, help="a request body file to cut requests from (default: ask the server)")
     return p
 
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         candidates=args.candidates,
         max_candidates=args.max_candidates,
         seq_len=args.seq_len,
+        records_path=args.records,
     )
     try:
         asyncio.run(replay(arrivals, cfg, template=template))

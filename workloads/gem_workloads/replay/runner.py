@@ -42,6 +42,7 @@ class ReplayConfig:
     max_candidates: int = 2048
     seq_len: int | None = None
     wait_ready_s: float = 60.0
+    records_path: str | None = None  # JSONL, one line per request: send time, latency, status
 
 
 @dataclass
@@ -152,6 +153,7 @@ async def replay(
         last_ok = 0.0
         tasks: set[asyncio.Task[None]] = set()
         emitted = 0
+        records: list[tuple[float, float | None, str, int]] = []  # (sent s, ms, status, candidates)
 
         async def send(iv: _Interval, body: bytes, n: int) -> None:
             nonlocal in_flight, last_ok
@@ -165,6 +167,7 @@ async def replay(
             except aiohttp.ClientError:
                 status = -2
             ms = (clock() - t0) * 1000.0
+            records.append((t0 - start, ms, {-1: "timeout", -2: "connection"}.get(status, str(status)), n))
             in_flight -= 1
             iv.outstanding -= 1
             if status == 200:
@@ -197,6 +200,7 @@ async def replay(
             iv = intervals[min(int(times[i] // cfg.interval_s), n_intervals - 1)]
             if in_flight >= cfg.max_in_flight:
                 iv.skipped += 1
+                records.append((clock() - start, None, "skipped", 0))
                 continue
             n = int(min(max(round(cfg.candidates * arrivals.costs[i]), 1), cfg.max_candidates))
             in_flight += 1
@@ -213,6 +217,8 @@ async def replay(
             await asyncio.wait(set(tasks), timeout=cfg.timeout_s + 1)
         emit_ready(clock() - start, final=True)
         elapsed = clock() - start
+    if cfg.records_path is not None:
+        _write_records(cfg.records_path, records)
     scheduled = len(keep)
     ok = sum(iv.ok for iv in intervals)
     errors: dict[str, int] = {}
@@ -237,6 +243,15 @@ async def replay(
     out.write(json.dumps(summary) + "\n")
     out.flush()
     return summary
+
+
+def _write_records(path: str, records: list[tuple[float, float | None, str, int]]) -> None:
+    """One JSON line per request, by send time: ``{"t", "ms", "status", "candidates"}``; status is the
+    HTTP code, or ``timeout``/``connection``/``skipped`` (``ms`` null for skipped ones)."""
+    with open(path, "w") as f:
+        for t, ms, status, n in sorted(records, key=lambda r: r[0]):
+            row = {"t": round(t, 4), "ms": None if ms is None else round(ms, 3), "status": status, "candidates": n}
+            f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
 def _record(iv: _Interval, interval_s: float) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import sys
 
 import torch
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from ..models.model_dir import LoadedModel
 from .app import ServerConfig, create_app
@@ -39,7 +40,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=256, help="requests waiting before 503 + Retry-After")
     p.add_argument("--batch-timeout-ms", type=float, default=2.0, help="longest wait for a batch to fill")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cuda, cpu, or emulated:NAME (an emulated accelerator: real model on the CPU, device time from a profile)",
+    )
+    p.add_argument("--device-profile", help="with --device emulated:NAME: a profile file instead of the built-in NAME")
+    p.add_argument("--device-time-scale", type=float, default=1.0, help="with emulated: a device X times slower")
     p.add_argument("--publish-url", help="redis:// URL: publish served candidate sets for Solaris precompute")
     p.add_argument("--publish-stream", default="gem:candidates")
     p.add_argument("--embedding-store", help="redis:// URL: look up Solaris precomputed embeddings per request")
@@ -81,8 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    registry = CollectorRegistry()
+    emulated = None
+    if args.device.startswith("emulated"):
+        from .device import DeviceProfileError, parse_device
+
+        try:
+            emulated = parse_device(args.device, args.device_profile, args.device_time_scale, registry)
+        except DeviceProfileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    device = torch.device("cpu" if emulated is not None else args.device)
     cfg = ServerConfig(
+        emulated_device=emulated,
         share=not args.no_sharing,
         max_candidates=args.max_candidates,
         max_batch_requests=args.max_batch_size,
@@ -109,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"error: --fallback: {exc}", file=sys.stderr)
             return 2
-    app = create_app(cfg, load, ServerMetrics(gpu=gpu), publisher, lookups)
+    app = create_app(cfg, load, ServerMetrics(registry, gpu=gpu), publisher, lookups)
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
     return 0
 

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -30,6 +30,9 @@ from .lookups import PrecomputedLookups
 from .metrics import ServerMetrics
 from .publish import CandidatePublisher
 from .request import RequestError, example_request, parse_body, parse_request
+
+if TYPE_CHECKING:
+    from .device import EmulatedDevice
 
 log = logging.getLogger("gem_workloads.serving")
 
@@ -45,6 +48,7 @@ class ServerConfig:
     max_batch_candidates: int = 8192
     max_queue: int = 256
     batch_timeout_s: float = 0.002
+    emulated_device: EmulatedDevice | None = None  # --device emulated:NAME (serving/device.py)
 
 
 class ServerState:
@@ -66,6 +70,10 @@ class ServerState:
             log.error(self.load_error)
             return
         engine = Engine(loaded)
+        if self.cfg.emulated_device is not None:
+            from .device import EmulatedEngine
+
+            engine = EmulatedEngine(loaded, emulated=self.cfg.emulated_device)
         batcher = Batcher(
             engine,
             share=self.cfg.share,

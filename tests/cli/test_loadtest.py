@@ -1,0 +1,107 @@
+"""`gemop loadtest`: segments, the fluid model it derives, the client-side figures, bad input.
+
+The closed loop itself runs in tests/integration/test_closed_loop.py; these tests need no servers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gem_operator.autoscaling.replay import load_service
+from gem_operator.cli import main
+from gem_operator.cli.loadtest import LoadtestError, cut_segment, device_service_model, pool_figures
+from gem_operator.sim.closed_loop import PoolRun, Sample
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICE = ROOT / "bench" / "loadtest-rankingservice.yaml"
+
+
+def _trace(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_segment_cuts_scales_and_shifts(tmp_path: Path) -> None:
+    trace = _trace(tmp_path, [{"t": float(t), "cost": 1} for t in range(0, 600)])  # 1 request/s for 10 min
+    seg = cut_segment(trace, start_minute=2, minutes=3, scale=2.5, seed=1)
+    assert seg.seconds == 180 and all(0 <= t < 180 for t in seg.times)
+    assert 2.3 * 180 <= len(seg.times) <= 2.7 * 180  # 2.5 copies per request on average
+    assert seg.times == sorted(seg.times)
+    assert seg.peak_rps() == pytest.approx(2.5, rel=0.2)
+    with pytest.raises(ValueError, match="no requests between minute 20"):
+        cut_segment(trace, 20, 1, 1.0)
+    with pytest.raises(ValueError, match="--scale must be a positive number"):
+        cut_segment(trace, 0, 1, 0.0)
+
+
+def test_fluid_model_of_the_emulated_service() -> None:
+    _, spec = load_service(SERVICE)
+    model = device_service_model(spec, candidates=16, seq_len=16, startup_s=20.0)
+    # h200 profile: 0.996 ms for a one-request batch of <= 64 candidates, x200 time scale.
+    assert model.throughput_per_replica == pytest.approx(1 / 0.1992, rel=1e-3)
+    assert model.sm_active == ((0.0, 0.0), (1.0, 1.0))
+    assert model.startup_seconds == 20.0
+    assert model.p99_ms(0.0) == pytest.approx(199.2, rel=0.01)
+    # A single server (M/D/1): about 6 service times at 60 % utilisation, not the batching curve's 1.3.
+    assert model.p99_ms(0.6) == pytest.approx(6.12 * 199.2, rel=0.02)
+    batching = device_service_model(spec, 16, 16, 20.0, batching_curve=True)
+    assert batching.p99_ms(0.6) == pytest.approx(24 / 18 * 199.2, rel=0.02)
+    assert model.p99_ms(0.9) > model.p99_ms(0.6) > model.p99_ms(0.3)
+
+
+def test_service_without_an_emulated_device_or_with_batching_is_refused() -> None:
+    _, spec = load_service(SERVICE)
+    plain = spec.model_copy(update={"workload": spec.workload.model_copy(update={"args": ["--threads", "1"]})})
+    with pytest.raises(LoadtestError, match="--device emulated:h200"):
+        device_service_model(plain, 16, 16, 10)
+    batched = spec.model_copy(update={"max_batch_size": 8})
+    with pytest.raises(LoadtestError, match="maxBatchSize: 1"):
+        device_service_model(batched, 16, 16, 10)
+
+
+def test_figures_count_errors_as_misses_and_replica_seconds_as_gpu_time() -> None:
+    records = [{"t": 1.0 + i * 0.1, "ms": 50.0, "status": "200", "candidates": 16} for i in range(200)]
+    records += [{"t": 70.0 + i * 0.1, "ms": 50.0, "status": "200", "candidates": 16} for i in range(95)]
+    records += [{"t": 80.0 + i, "ms": 10.0, "status": "503", "candidates": 16} for i in range(5)]
+    samples = [Sample(float(t), 2 if t < 60 else 4, 2, 2 if t < 60 else 4) for t in range(121)]
+    fig = pool_figures(PoolRun("policy", records, samples, [12.0, 14.0]), slo_ms=100, seconds=120, gpus=1)
+    assert fig["gpu_hours"] == pytest.approx((60 * 2 + 60 * 4) / 3600, rel=0.02)
+    assert fig["slo_violation_minutes"] == 1  # minute 1: 5 % of its requests failed, so p99 is a miss
+    assert fig["timeline"][1]["p99_is_miss"] and fig["timeline"][0]["p99_ms"] == 50.0
+    assert fig["errors"] == 5 and fig["requests"] == 300
+    assert fig["peak_replicas"] == 4 and fig["scaling_events"] == 1 and fig["direction_changes_per_hour"] == 0
+    assert fig["mean_startup_seconds"] == 13.0
+    assert not math.isnan(fig["gpu_hours"])
+
+
+def test_bad_flags_and_services_get_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _trace(tmp_path, [{"t": float(t), "cost": 1} for t in range(120)])
+    assert main(["loadtest", "--trace", str(trace), "--service", str(SERVICE), "--pools", "policy,kpa"]) == 2
+    assert "unknown ['kpa']" in capsys.readouterr().err
+    doc = yaml.safe_load(SERVICE.read_text())
+    doc["spec"]["autoscaling"]["maxReplicas"] = 64
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(doc))
+    assert main(["loadtest", "--trace", str(trace), "--service", str(big), "--max-pod-processes", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "at most 8 pods run as processes" in err and "--max-pod-processes" in err
+    doc["spec"]["workload"]["args"] = []
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(doc))
+    assert main(["loadtest", "--trace", str(trace), "--service", str(bare)]) == 2
+    assert "emulated device" in capsys.readouterr().err
+    assert main(["loadtest", "--trace", str(tmp_path / "missing.csv"), "--service", str(SERVICE)]) == 2
+    assert "missing.csv" in capsys.readouterr().err
+
+
+def test_sim_up_run_pods_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "up", "--run-pods", "--origin", "s3://bucket/model"]) == 2
+    assert "--origin URI=PATH" in capsys.readouterr().err
+    assert main(["sim", "up", "--origin", "s3://b/m=/srv/m"]) == 2  # --origin without --run-pods
