@@ -144,28 +144,31 @@ class PrometheusSmActiveSource:
     async def _query(self, session: aiohttp.ClientSession, query: str) -> dict[str, tuple[float, float]]:
         """pod -> (value, evaluation time). Raises PrometheusError on any failure."""
         endpoint = f"{self.url}/api/v1/query"
-        try:
-            async with session.get(
-                endpoint,
-                params={"query": query},
-                timeout=aiohttp.ClientTimeout(total=self.timeout_seconds),
-            ) as resp:
-                text = await resp.text()
-                if resp.status != 200:
-                    raise PrometheusError(f"{endpoint} answered HTTP {resp.status}: {text[:200]}")
-                try:
-                    body = await resp.json(content_type=None)
-                except ValueError as exc:
-                    raise PrometheusError(f"{endpoint} returned a body that is not JSON: {text[:200]}") from exc
-        except TimeoutError as exc:
-            raise PrometheusError(f"{endpoint} timed out after {self.timeout_seconds:g}s") from exc
-        except aiohttp.ClientError as exc:
-            raise PrometheusError(f"{endpoint} unreachable: {exc}") from exc
-        return parse_vector(body, endpoint)
+        return parse_vector(await instant_query(session, endpoint, query, self.timeout_seconds), endpoint)
 
 
-def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float, float]]:
-    """Turn an `/api/v1/query` response into pod -> (value, evaluation time).
+async def instant_query(session: aiohttp.ClientSession, endpoint: str, query: str, timeout_seconds: float) -> Any:
+    """GET `endpoint` (`/api/v1/query`) for `query`; the decoded JSON body. Raises PrometheusError on
+    a timeout, an unreachable server, a non-200 answer or a body that is not JSON."""
+    try:
+        async with session.get(
+            endpoint, params={"query": query}, timeout=aiohttp.ClientTimeout(total=timeout_seconds)
+        ) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise PrometheusError(f"{endpoint} answered HTTP {resp.status}: {text[:200]}")
+            try:
+                return await resp.json(content_type=None)
+            except ValueError as exc:
+                raise PrometheusError(f"{endpoint} returned a body that is not JSON: {text[:200]}") from exc
+    except TimeoutError as exc:
+        raise PrometheusError(f"{endpoint} timed out after {timeout_seconds:g}s") from exc
+    except aiohttp.ClientError as exc:
+        raise PrometheusError(f"{endpoint} unreachable: {exc}") from exc
+
+
+def vector_result(body: Any, where: str = "prometheus") -> list[Any]:
+    """The `result` list of an `/api/v1/query` instant-vector response.
 
     Raises PrometheusError for a non-success status or a result that is not an instant vector.
     """
@@ -177,8 +180,16 @@ def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float,
     if not isinstance(data, Mapping) or data.get("resultType") != "vector":
         kind = data.get("resultType") if isinstance(data, Mapping) else None
         raise PrometheusError(f"{where}: expected an instant vector, got resultType {kind!r}")
+    return list(data.get("result") or [])
+
+
+def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float, float]]:
+    """Turn an `/api/v1/query` response into pod -> (value, evaluation time).
+
+    Raises PrometheusError for a non-success status or a result that is not an instant vector.
+    """
     out: dict[str, tuple[float, float]] = {}
-    for item in data.get("result") or []:
+    for item in vector_result(body, where):
         try:
             pod = item["metric"]["pod"]
             stamp, raw = item["value"]
@@ -257,26 +268,7 @@ class PrometheusLatencySource:
     async def _one(self, session: aiohttp.ClientSession, query: str) -> tuple[float, float] | None:
         """The first sample of an instant vector as (value, evaluation time); None when empty."""
         endpoint = f"{self.url}/api/v1/query"
-        try:
-            async with session.get(endpoint, params={"query": query}) as resp:
-                text = await resp.text()
-                if resp.status != 200:
-                    raise PrometheusError(f"{endpoint} answered HTTP {resp.status}: {text[:200]}")
-                try:
-                    body = await resp.json(content_type=None)
-                except ValueError as exc:
-                    raise PrometheusError(f"{endpoint} returned a body that is not JSON: {text[:200]}") from exc
-        except TimeoutError as exc:
-            raise PrometheusError(f"{endpoint} timed out after {self.timeout_seconds:g}s") from exc
-        except aiohttp.ClientError as exc:
-            raise PrometheusError(f"{endpoint} unreachable: {exc}") from exc
-        if not isinstance(body, Mapping) or body.get("status") != "success":
-            status = body.get("status") if isinstance(body, Mapping) else None
-            raise PrometheusError(f"{endpoint}: status {status!r}")
-        data = body.get("data")
-        if not isinstance(data, Mapping) or data.get("resultType") != "vector":
-            raise PrometheusError(f"{endpoint}: expected an instant vector")
-        result = data.get("result") or []
+        result = vector_result(await instant_query(session, endpoint, query, self.timeout_seconds), endpoint)
         if not result:
             return None
         try:
