@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from gem_operator.sim.closed_loop import ClosedLoop, Segment
+from gem_operator.sim.origin import NGINX, NginxOrigin, parse_rate
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ROOT / "bench" / "loadtest-rankingservice.yaml"
@@ -50,7 +52,16 @@ def _origin(tmp: Path) -> Path:
     return prepare_origin(tmp / "origin")
 
 
-def test_operator_scales_up_under_load_and_holds_when_prometheus_goes_away(tmp_path: Path) -> None:
+@pytest.fixture
+def origin_url(tmp_path: Path) -> Iterator[str]:
+    """The model origin behind nginx, as `gemop loadtest` serves it: init containers pull over HTTP."""
+    if not Path(NGINX).exists():
+        pytest.skip("nginx-light is not installed")
+    with NginxOrigin(_origin(tmp_path), rate=parse_rate("20m"), work_dir=tmp_path / "nginx") as origin:
+        yield origin.url
+
+
+def test_operator_scales_up_under_load_and_holds_when_prometheus_goes_away(tmp_path: Path, origin_url: str) -> None:
     doc: dict[str, Any] = yaml.safe_load(SERVICE.read_text())
     doc["spec"]["autoscaling"]["stabilizationSeconds"] = {"up": 0, "down": 0}
     doc["spec"]["autoscaling"]["maxReplicas"] = 6
@@ -62,7 +73,7 @@ def test_operator_scales_up_under_load_and_holds_when_prometheus_goes_away(tmp_p
             loop.prometheus.stop()
             stopped["replicas"] = loop.deployment_replicas() or 0
 
-    with ClosedLoop(doc, tmp_path / "loop", _origin(tmp_path), scrape_interval=2.0, resync_seconds=5.0,
+    with ClosedLoop(doc, tmp_path / "loop", origin_url, scrape_interval=2.0, resync_seconds=5.0,
                     sample_window=4.0, max_processes=8) as loop:  # fmt: skip
         loop.apply(1, autoscaling=True)
         loop.wait_ready(1, timeout=90)

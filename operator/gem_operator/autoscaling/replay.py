@@ -166,9 +166,12 @@ def simulate(
     scale_mode: str = "independent",
     spec_override: RankingServiceSpec | None = None,
     only: Sequence[str] | None = None,
+    static_replicas: int | None = None,
 ) -> ReplayReport:
     """Run the three pools over `load` (per-second series) and collect the report.
 
+    `static_replicas` fixes the static pool (default: the peak of the smoothed load at the
+    target utilisation); the load test passes the size it ran, so both compare the same pool.
     `rps_utilisation` replaces the RPS baseline's target utilisation (default: the one the SM
     target means), so a benchmark can compare the two at equal GPU-hours. `scale_mode` only labels
     the report (the series is already scaled). `spec_override` runs the policy pool with another
@@ -186,6 +189,8 @@ def simulate(
     minute_load = [sum(cost[m * 60 : (m + 1) * 60]) / len(cost[m * 60 : (m + 1) * 60]) for m in range(minutes)]
     minute_reqs = [sum(reqs[m * 60 : (m + 1) * 60]) / len(reqs[m * 60 : (m + 1) * 60]) for m in range(minutes)]
     static_n = max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9))
+    if static_replicas is not None:
+        static_n = max(1, static_replicas)
     start_n = min(a.max_replicas, max(a.min_replicas, math.ceil(minute_load[0] / per_replica_at_target - 1e-9)))
     sync_every = max(1, round(sync_seconds))
     gpus = spec.gpus_per_replica
@@ -367,8 +372,11 @@ def run_replay(
     cluster_gpus: int | None = None,
     scale_mode: ScaleMode = "independent",
     trend_seconds: float = TREND_SECONDS,
+    static_replicas: int | None = None,
 ) -> ReplayReport:
-    """Replay `trace` against the RankingService in `service`. Raises TraceError / ProfileError."""
+    """Replay `trace` against the RankingService in `service`. Raises TraceError / ProfileError.
+
+    `static_replicas` fixes the static pool's size (default: sized for the run's peak)."""
     name, spec = load_service(service)
     model = ServiceModel.load(profile) if profile is not None else ServiceModel()
     arrivals = load_trace(trace, cost_column)
@@ -385,6 +393,7 @@ def run_replay(
         sync_seconds=sync_seconds,
         cluster_gpus=cluster_gpus,
         scale_mode=scale_mode,
+        static_replicas=static_replicas,
     )
 
 

@@ -52,6 +52,7 @@ from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.replay import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
 from gem_operator.autoscaling.service_model import ServiceModel, single_server_p99_curve
 from gem_operator.sim.closed_loop import ClosedLoop, LoadtestError, PoolRun, Segment, hpa_rps_decider, python_env
+from gem_operator.sim.origin import NginxOrigin, OriginError, parse_rate
 from gem_operator.sim.prometheus import PrometheusError
 
 # Seconds of load before any autoscaler acts (its windows fill with load, as in the replay).
@@ -108,16 +109,23 @@ def _flag(args: Sequence[str], name: str, default: str | None = None) -> str | N
     return default
 
 
+LATENCY_MODELS = ("round-robin", "single-server", "batching")
+
+
 def device_service_model(
-    spec: RankingServiceSpec, candidates: int, seq_len: int, startup_s: float, *, batching_curve: bool = False
+    spec: RankingServiceSpec, candidates: int, seq_len: int, startup_s: float, *, latency: str = "round-robin"
 ) -> ServiceModel:
     """The fluid model of the emulated replicas the spec asks for (`gemop replay`'s `--profile`).
 
     One request per batch (``maxBatchSize: 1``) makes the device's busy fraction its utilisation,
-    so the throughput is 1 / (service time of one request) and SM active = utilisation; the p99
-    curve is a single server's (M/D/1, `service_model.single_server_p99_curve`), or with
-    `batching_curve` the default curve's shape in units of the service time (what the first
-    closed loops were compared with); pod start is measured."""
+    so the throughput is 1 / (service time of one request) and SM active = utilisation; pod start
+    is measured. `latency` picks the p99 model: ``round-robin`` (a fixed-time queue per replica fed
+    every k-th arrival by the Service front, `service_model.round_robin_p99_ms`: what the front
+    does), ``single-server`` (M/D/1 whatever the pool size) or ``batching`` (the default curve's
+    shape in units of the service time); the last two are what earlier closed loops were compared
+    with, kept in the report to show the difference."""
+    if latency not in LATENCY_MODELS:
+        raise LoadtestError(f"latency model {latency!r}: choose one of {LATENCY_MODELS}")
     args = list(spec.workload.args)
     device = _flag(args, "--device", "")
     if not device or not device.startswith("emulated:"):
@@ -136,7 +144,7 @@ def device_service_model(
             f"spec.maxBatchSize is {batch}: the load test's fluid model assumes one request per batch "
             "(set maxBatchSize: 1 so the emulated device's busy fraction is its utilisation)"
         )
-    if batching_curve:  # the default curve's shape (a batching GPU server), in units of the service time
+    if latency == "batching":  # the default curve's shape (a batching GPU server), in units of the service time
         base = ServiceModel()
         curve = tuple((u, ms / base.latency_p99_ms[0][1] * seconds * 1000.0) for u, ms in base.latency_p99_ms)
     else:
@@ -144,6 +152,7 @@ def device_service_model(
     return ServiceModel(
         throughput_per_replica=1.0 / seconds,
         latency_p99_ms=curve,
+        service_seconds=seconds if latency == "round-robin" else 0.0,
         sm_active=((0.0, 0.0), (1.0, 1.0)),
         pod_start_seconds=startup_s,
         model_load_seconds=0.0,
@@ -236,6 +245,7 @@ class LoadtestOptions:
     work_dir: Path | None = None
     fleet: str = "demo"
     ready_timeout: float = 300.0
+    origin_rate: str = "20m"
 
 
 def prepare_origin(directory: Path) -> Path:
@@ -251,9 +261,32 @@ def prepare_origin(directory: Path) -> Path:
     return directory
 
 
+def simulate_segment(
+    segment: Segment,
+    service: Path,
+    spec: RankingServiceSpec,
+    candidates: int,
+    startup_s: float,
+    static_n: int,
+    work: Path,
+) -> dict[str, Any]:
+    """`gemop replay` on the segment under each latency model, with the measured pod start and the
+    static pool as sized by the load test. Returns {latency model: ReplayReport}."""
+    from gem_operator.autoscaling.replay import run_replay
+
+    segment_file = segment.write_jsonl(work / "segment.jsonl")
+    sims: dict[str, Any] = {}
+    for latency in LATENCY_MODELS:
+        described = device_service_model(spec, candidates, 16, startup_s, latency=latency).describe()
+        described.pop("source")
+        profile = work / f"service-model-{latency}.json"
+        profile.write_text(json.dumps(described))
+        sims[latency] = run_replay(segment_file, service, profile=profile, static_replicas=static_n)
+    return sims
+
+
 def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict[str, Any]:
     """All pools, one after another, then `gemop replay` on the same segment. Returns the report."""
-    from gem_operator.autoscaling.replay import run_replay
 
     name, spec = load_service(opts.service)
     raw = next(d for d in yaml.safe_load_all(opts.service.read_text()) if d and d.get("kind") == "RankingService")
@@ -274,8 +307,13 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
         )
     tmp = None if opts.work_dir else tempfile.TemporaryDirectory(prefix="gem-loadtest-")
     work = Path(opts.work_dir) if opts.work_dir else Path(tmp.name)  # type: ignore[union-attr]
+    stack = contextlib.ExitStack()
     try:
-        origin = prepare_origin(work / "origin")
+        origin_dir = prepare_origin(work / "origin")
+        origin: Path | str = origin_dir
+        rate = parse_rate(opts.origin_rate)
+        if rate > 0:  # init containers pull over HTTP through nginx, as from an object store
+            origin = stack.enter_context(NginxOrigin(origin_dir, rate=rate, work_dir=work / "nginx")).url
         progress(
             f"segment: {opts.minutes:g} min from minute {opts.start_minute:g} of {opts.trace.name}, x{opts.scale:g}: "
             f"{len(segment.times)} requests, peak {segment.peak_rps():.1f} req/s; replica capacity "
@@ -299,17 +337,8 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
                                          progress=progress, warmup_s=WARMUP_S, on_warm=on_warm)  # fmt: skip
         startups = [s for r in runs.values() for s in r.startup_seconds]
         startup = sum(startups) / len(startups) if startups else model0.startup_seconds
+        sims = simulate_segment(segment, opts.service, spec, opts.candidates, startup, static_n, work)
         model = device_service_model(spec, opts.candidates, 16, startup)
-        profile = work / "service-model.json"
-        described = model.describe()
-        described.pop("source")
-        profile.write_text(json.dumps(described))
-        segment_file = segment.write_jsonl(work / "segment.jsonl")
-        sim = run_replay(segment_file, opts.service, profile=profile)
-        before = device_service_model(spec, opts.candidates, 16, startup, batching_curve=True).describe()
-        before.pop("source")
-        (work / "service-model-batching.json").write_text(json.dumps(before))
-        sim_before = run_replay(segment_file, opts.service, profile=work / "service-model-batching.json")
         report: dict[str, Any] = {
             "duration_seconds": segment.seconds,
             "service": name,
@@ -333,12 +362,14 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
             else:
                 report["baselines"][pool] = figures
         report["timeline"] = timeline
-        report["simulated"] = sim.to_dict(timeline=False)
-        report["simulated_batching_curve"] = sim_before.to_dict(timeline=False)
+        report["simulated"] = sims["round-robin"].to_dict(timeline=False)
+        report["simulated_single_server"] = sims["single-server"].to_dict(timeline=False)
+        report["simulated_batching_curve"] = sims["batching"].to_dict(timeline=False)
         if opts.plot is not None:
             plot_loadtest(report, opts.plot)
         return report
     finally:
+        stack.close()
         if tmp is not None:
             tmp.cleanup()
 
@@ -405,6 +436,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--candidates", type=int, default=16, help="candidates per request")
     p.add_argument("--max-pod-processes", type=int, default=20, help="bound on pods run as processes")
     p.add_argument("--work-dir", type=Path, help="keep logs, records and pod output here")
+    p.add_argument(
+        "--origin-rate",
+        default="20m",
+        help="the model origin is served by nginx, each ranged GET capped at this many bytes/s "
+        "(nginx's limit_rate, suffixes k/m/g; default 20m; lower stands for a larger model); "
+        "0 pulls straight from the origin directory",
+    )
     p.set_defaults(func=_cmd_loadtest)
 
 
@@ -414,19 +452,24 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
     if unknown or not pools:
         print(f"gemop loadtest: --pools: unknown {unknown}; choose from {sorted(POOL_FLAGS)}", file=sys.stderr)
         return 2
+    try:
+        parse_rate(args.origin_rate)
+    except OriginError as exc:
+        print(f"gemop loadtest: --origin-rate: {exc}", file=sys.stderr)
+        return 2
     if args.candidates < 1 or args.max_pod_processes < 1:
         print("gemop loadtest: --candidates and --max-pod-processes must be >= 1", file=sys.stderr)
         return 2
     opts = LoadtestOptions(
         trace=args.trace, service=args.service, minutes=args.minutes, start_minute=args.start_minute,
         scale=args.scale, pools=pools, output=args.output, plot=args.plot, candidates=args.candidates,
-        max_pod_processes=args.max_pod_processes, work_dir=args.work_dir,
+        max_pod_processes=args.max_pod_processes, work_dir=args.work_dir, origin_rate=args.origin_rate,
     )  # fmt: skip
     stream = sys.stderr if args.output == "json" else sys.stdout
     try:
         with _terminate_on_sigterm():
             report = run_loadtest(opts, lambda line: print(line, file=stream, flush=True))
-    except (TraceError, LoadtestError, PrometheusError, ValueError) as exc:
+    except (TraceError, LoadtestError, PrometheusError, OriginError, ValueError) as exc:
         print(f"gemop loadtest: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

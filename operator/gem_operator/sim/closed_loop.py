@@ -116,7 +116,9 @@ def _stop(proc: subprocess.Popen[Any] | None, grace: float = 10.0) -> None:
 class ClosedLoop:
     """Cluster + process kubelet + Prometheus + operator for one RankingService (a context manager).
 
-    `replay(segment)` runs the real replayer against the Service front and returns a `PoolRun`;
+    `origin` is where init containers pull the model from: a directory, or the URL of an HTTP
+    origin (`sim.origin.NginxOrigin`). `replay(segment)` runs the real replayer against the
+    Service front and returns a `PoolRun`;
     `prometheus.stop()` mid-run is how a test takes the metrics away.
     """
 
@@ -124,7 +126,7 @@ class ClosedLoop:
         self,
         service: Mapping[str, Any],
         work_dir: Path,
-        origin: Path,
+        origin: Path | str,
         *,
         fleet: str = "demo",
         max_processes: int = 20,
