@@ -2,6 +2,7 @@
 
 Run:  python bench/closed_loop.py [--segments shared,diurnal] [--pools policy,static,hpa-rps]
                                   [--minutes 15] [--peak-replicas 12] [--json FILE]
+      python bench/closed_loop.py --resimulate FILE   # the fluid model again, on a saved run
 
 Segments: minutes 14-29 of the shared Azure trace (bursty, with idle minutes), and a synthetic
 diurnal-with-flash segment (a compressed day: sin^2 from 35 % to 100 % of the peak rate, plus a
@@ -14,7 +15,11 @@ from a local origin, model load), Debian's Prometheus and the real operator.
 Prints per segment: GPU-hours, SLO-violation minutes and direction changes per pool, measured by
 the client; the same from `gemop replay` on the same segment ("simulated"); the gap
 |closed - simulated| / closed for GPU-hours and violation minutes (flagged over 25 %); and what
-the machine held (peak RSS and CPU of the server processes).
+the machine held (peak RSS and CPU of the server processes). The gap is printed for each of the
+fluid model's latency models (round-robin: the default; single-server M/D/1 and the batching
+curve: what earlier runs compared with). `--resimulate FILE` recomputes only the fluid side from
+a saved `--json` run (same segments, its measured pod start and static size), so a change to the
+fluid model is checked against the same measured loop without running it again.
 """
 
 from __future__ import annotations
@@ -107,6 +112,71 @@ def gap(closed: float, simulated: float) -> float | None:
     return abs(closed - simulated) / abs(closed)
 
 
+SIMULATED = {
+    "round-robin": "simulated",
+    "single-server": "simulated_single_server",
+    "batching": "simulated_batching_curve",
+}
+
+
+def fmt_gap(x: float | None) -> str:
+    if x is None:
+        return "n/a (both 0)"
+    return f"{x * 100:.0f} %" + ("  <-- over 25 %" if x > 0.25 else "")
+
+
+def print_gaps(report: dict[str, Any]) -> None:
+    """Closed loop vs each fluid latency model: GPU-hours and violation minutes per pool."""
+    pools = {"policy": report.get("policy"), **report.get("baselines", {})}
+    for latency, key in SIMULATED.items():
+        sim = report.get(key)
+        if not sim:
+            continue
+        print(f"  fluid model, {latency} latency:")
+        for pool, fig in pools.items():
+            if fig is None:
+                continue
+            s = sim["policy"] if pool == "policy" else sim["baselines"][pool]
+            g_gpu = gap(fig["gpu_hours"], s["gpu_hours"])
+            g_viol = gap(fig["slo_violation_minutes"], s["slo_violation_minutes"])
+            print(
+                f"    {pool:<12} GPU-h {fig['gpu_hours']:.2f} vs {s['gpu_hours']:.2f} ({fmt_gap(g_gpu)}), "
+                f"violation min {fig['slo_violation_minutes']} vs {s['slo_violation_minutes']} ({fmt_gap(g_viol)})"
+            )
+
+
+def segment_of(name: str, args: argparse.Namespace, need_rps: float, work: Path) -> tuple[Path, float, float]:
+    """(trace, start minute, scale) of a named segment."""
+    from gem_operator.cli.loadtest import cut_segment
+
+    if name == "shared":
+        peak = cut_segment(TRACE, args.start_minute, args.minutes, 1.0).peak_rps()
+        return TRACE, args.start_minute, need_rps / peak
+    if name == "diurnal":
+        return diurnal_with_flash(work / "diurnal.jsonl", args.minutes, need_rps / 1.6), 0.0, 1.0
+    raise SystemExit(f"unknown segment {name!r}: choose shared or diurnal")
+
+
+def resimulate(path: Path, args: argparse.Namespace, need_rps: float, work: Path) -> int:
+    """The fluid side again, with today's model, on the segments and measurements of a saved run."""
+    from gem_operator.autoscaling.replay import load_service
+    from gem_operator.cli.loadtest import cut_segment, simulate_segment
+
+    reports = json.loads(path.read_text())
+    _, spec = load_service(SERVICE)
+    for name, report in reports.items():
+        trace, start, scale = segment_of(name, args, need_rps, work)
+        segment = cut_segment(trace, start, report["duration_seconds"] / 60.0, scale)
+        startup = float(report["service_model"]["pod_start_seconds"])
+        static_n = int(report["baselines"]["static_peak"]["peak_replicas"])
+        sims = simulate_segment(segment, SERVICE, spec, 16, startup, static_n, work / f"resim-{name}")
+        for latency, key in SIMULATED.items():
+            report[key] = sims[latency].to_dict(timeline=False)
+        print(f"{name}: pod start {startup:.1f} s (measured), static pool {static_n}")
+        print_gaps(report)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--segments", default="shared,diurnal")
@@ -116,6 +186,7 @@ def main() -> int:
     ap.add_argument("--peak-replicas", type=int, default=12)
     ap.add_argument("--json", type=Path, help="write every report here")
     ap.add_argument("--work-dir", type=Path, default=None)
+    ap.add_argument("--resimulate", type=Path, help="a saved --json run: recompute only the fluid model's figures")
     args = ap.parse_args()
 
     import signal
@@ -126,7 +197,7 @@ def main() -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-    from gem_operator.cli.loadtest import LoadtestOptions, cut_segment, device_service_model, run_loadtest, to_table
+    from gem_operator.cli.loadtest import LoadtestOptions, device_service_model, run_loadtest, to_table
 
     _, spec = load_service(SERVICE)
     model = device_service_model(spec, 16, 16, 30.0)
@@ -135,17 +206,10 @@ def main() -> int:
     work = args.work_dir or Path(f"/tmp/gem-closed-loop-{os.getpid()}")
     work.mkdir(parents=True, exist_ok=True)
     reports: dict[str, Any] = {}
+    if args.resimulate:
+        return resimulate(args.resimulate, args, need_rps, work)
     for name in [s for s in args.segments.split(",") if s]:
-        if name == "shared":
-            trace, start = TRACE, args.start_minute
-            peak = cut_segment(trace, start, args.minutes, 1.0).peak_rps()
-            scale = need_rps / peak
-        elif name == "diurnal":
-            trace = diurnal_with_flash(work / "diurnal.jsonl", args.minutes, need_rps / 1.6)
-            start, scale = 0.0, 1.0
-        else:
-            print(f"unknown segment {name!r}", file=sys.stderr)
-            return 2
+        trace, start, scale = segment_of(name, args, need_rps, work)
         opts = LoadtestOptions(
             trace=trace,
             service=SERVICE,
@@ -166,21 +230,8 @@ def main() -> int:
         }
         reports[name] = report
         print(to_table(report))
-        sim = report["simulated"]
         pools = {"policy": report.get("policy"), **report.get("baselines", {})}
-        for pool, fig in pools.items():
-            if fig is None:
-                continue
-            s = sim["policy"] if pool == "policy" else sim["baselines"][pool]
-            g_gpu = gap(fig["gpu_hours"], s["gpu_hours"])
-            g_viol = gap(fig["slo_violation_minutes"], s["slo_violation_minutes"])
-
-            def fmt(x: float | None) -> str:
-                if x is None:
-                    return "n/a (both 0)"
-                return f"{x * 100:.0f} %" + ("  <-- over 25 %" if x > 0.25 else "")
-
-            print(f"  gap {pool:<12} GPU-h {fmt(g_gpu):<22} violation minutes {fmt(g_viol)}")
+        print_gaps(report)
         if "policy" in pools and "static_peak" in pools and pools["static_peak"]:
             ratio = pools["policy"]["gpu_hours"] / pools["static_peak"]["gpu_hours"]
             print(f"  policy / static GPU-hours: {ratio:.2f}")

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gem_operator.autoscaling.replay import load_service
+from gem_operator.autoscaling.replay import STATIC_PEAK, load_service, run_replay
+from gem_operator.autoscaling.service_model import Pool
 from gem_operator.cli import main
 from gem_operator.cli.loadtest import LoadtestError, cut_segment, device_service_model, pool_figures
 from gem_operator.sim.closed_loop import PoolRun, Sample
@@ -49,11 +50,38 @@ def test_fluid_model_of_the_emulated_service() -> None:
     assert model.sm_active == ((0.0, 0.0), (1.0, 1.0))
     assert model.startup_seconds == 20.0
     assert model.p99_ms(0.0) == pytest.approx(199.2, rel=0.01)
-    # A single server (M/D/1): about 6 service times at 60 % utilisation, not the batching curve's 1.3.
-    assert model.p99_ms(0.6) == pytest.approx(6.12 * 199.2, rel=0.02)
-    batching = device_service_model(spec, 16, 16, 20.0, batching_curve=True)
+    # One replica is an M/D/1 queue: about 6 service times at 60 % utilisation, not the batching
+    # curve's 1.3. Behind the round-robin front each of 16 replicas sees every 16th arrival
+    # (Erlang-16), so its queue is 16 times shorter at the same utilisation.
+    assert model.p99_ms(0.6, ready=1) == pytest.approx(6.12 * 199.2, rel=0.02)
+    assert model.p99_ms(0.6, ready=16) == pytest.approx((1 + 5.12 / 16) * 199.2, rel=0.02)
+    assert model.p99_ms(0.9, ready=4) > model.p99_ms(0.6, ready=4) > model.p99_ms(0.3, ready=4)
+    single = device_service_model(spec, 16, 16, 20.0, latency="single-server")
+    assert single.p99_ms(0.6, ready=16) == pytest.approx(6.12 * 199.2, rel=0.02)
+    batching = device_service_model(spec, 16, 16, 20.0, latency="batching")
     assert batching.p99_ms(0.6) == pytest.approx(24 / 18 * 199.2, rel=0.02)
-    assert model.p99_ms(0.9) > model.p99_ms(0.6) > model.p99_ms(0.3)
+    with pytest.raises(LoadtestError, match="latency model"):
+        device_service_model(spec, 16, 16, 20.0, latency="mm1")
+
+
+def test_round_robin_pool_queues_less_with_more_replicas_at_equal_utilisation() -> None:
+    _, spec = load_service(SERVICE)
+    model = device_service_model(spec, 16, 16, startup_s=0.0)
+    p99s = []
+    for ready in (1, 2, 4, 8, 16):
+        pool = Pool(model, created=[-1.0] * ready)
+        load = 0.7 * ready * model.throughput_per_replica
+        _, _, p99 = pool.step(load, now=0.0, dt=1.0)
+        p99s.append(p99)
+    assert p99s == sorted(p99s, reverse=True) and p99s[0] > 2 * p99s[-1]
+
+
+def test_replay_takes_the_static_pool_the_load_test_ran(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(f'{{"t": {i / 20:.3f}, "cost": 1}}\n' for i in range(20 * 180)))
+    sized = run_replay(trace, SERVICE)
+    fixed = run_replay(trace, SERVICE, static_replicas=3)
+    assert fixed.results[STATIC_PEAK].peak_replicas == 3 != sized.results[STATIC_PEAK].peak_replicas
 
 
 def test_service_without_an_emulated_device_or_with_batching_is_refused() -> None:

@@ -274,6 +274,7 @@ def simulate_segment(
     static pool as sized by the load test. Returns {latency model: ReplayReport}."""
     from gem_operator.autoscaling.replay import run_replay
 
+    work.mkdir(parents=True, exist_ok=True)
     segment_file = segment.write_jsonl(work / "segment.jsonl")
     sims: dict[str, Any] = {}
     for latency in LATENCY_MODELS:
