@@ -15,12 +15,10 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
+from gem_operator.sim.local_server import LocalServer
 from gem_operator.sim.pod_config import LOOPBACK
 from gem_operator.sim.processes import free_port
 
@@ -53,16 +51,13 @@ def parse_rate(text: str) -> int:
     return rate * scale
 
 
-class NginxOrigin:
+class NginxOrigin(LocalServer):
     """Serve `root` at `url` with every request capped at `rate` bytes/s (0: uncapped)."""
 
     def __init__(self, root: Path, *, rate: int, work_dir: Path | None = None) -> None:
         self.root = Path(root).resolve()
         self.rate = rate
-        self._tmp = None if work_dir else tempfile.TemporaryDirectory(prefix="gem-sim-origin-")
-        self.work_dir = Path(work_dir) if work_dir else Path(self._tmp.name)  # type: ignore[union-attr]
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(work_dir, "gem-sim-origin-")
 
     @property
     def url(self) -> str:
@@ -119,31 +114,6 @@ http {{
         """Requests served so far (lines of the access log)."""
         log = self.work_dir / "access.log"
         return len(log.read_text().splitlines()) if log.exists() else 0
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
-
-    def close(self) -> None:
-        self.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 __all__ = ["NginxOrigin", "OriginError", "nginx_binary", "parse_rate"]

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import yaml
 
+from gem_operator.sim.local_server import LocalServer
 from gem_operator.sim.pod_config import LOOPBACK
 from gem_operator.sim.processes import free_port
 
@@ -39,16 +37,13 @@ def prometheus_binary() -> str:
     return found
 
 
-class PrometheusServer:
+class PrometheusServer(LocalServer):
     """Start with `start()` (or `with`); `stop()` ends the process and removes its data."""
 
     def __init__(self, sd_dir: Path, *, scrape_interval: float = 5.0, work_dir: Path | None = None) -> None:
         self.sd_dir = Path(sd_dir)
         self.scrape_interval = scrape_interval
-        self._tmp = None if work_dir else tempfile.TemporaryDirectory(prefix="gem-sim-prometheus-")
-        self.work_dir = Path(work_dir) if work_dir else Path(self._tmp.name)  # type: ignore[union-attr]
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(work_dir, "gem-sim-prometheus-")
 
     @property
     def url(self) -> str:
@@ -102,31 +97,6 @@ class PrometheusServer:
             time.sleep(0.2)
         self.stop()
         raise PrometheusError(f"prometheus did not become ready within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
-
-    def close(self) -> None:
-        self.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 __all__ = ["PrometheusError", "PrometheusServer", "prometheus_binary"]
