@@ -147,6 +147,12 @@ class EmbeddedCluster:
             boot_task = loop.create_task(boot())
             loop.run_forever()
             del boot_task
+            # Whatever `stop` left (a watch, a probe) is cancelled and awaited, so no task dies
+            # with the loop (asyncio would print each one as "destroyed but pending").
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
@@ -164,8 +170,10 @@ class EmbeddedCluster:
         if self._loop is None or self._thread is None:
             return
         if self._url is not None:
+            # Pods run as processes get their grace period (SIGTERM, then SIGKILL), all at once.
+            grace = self.network.kubelet.longest_grace() if self.network is not None else 0.0
             with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self.stop(), self._loop).result(15)
+                asyncio.run_coroutine_threadsafe(self.stop(), self._loop).result(15 + grace)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(15)
         self._loop = self._thread = None

@@ -142,6 +142,11 @@ def _restart_policy(pod: Obj) -> str:
     return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
 
 
+def _grace(run: _Run) -> float:
+    """The pod's terminationGracePeriodSeconds (Kubernetes' default: 30)."""
+    return float((run.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+
+
 class ProcessKubelet(ContainerSetup):
     """Starts, probes, restarts and stops pod processes; driven by `PodLifecycle` on its loop."""
 
@@ -205,6 +210,10 @@ class ProcessKubelet(ContainerSetup):
             task = asyncio.get_running_loop().create_task(self._terminate(run))
             self._reaping.add(task)
             task.add_done_callback(self._reaping.discard)
+
+    def longest_grace(self) -> float:
+        """The longest terminationGracePeriodSeconds of the pods running here (what `stop` may take)."""
+        return max((_grace(r) for r in self._runs.values()), default=0.0)
 
     async def stop(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL after each pod's grace period)."""
@@ -432,7 +441,7 @@ class ProcessKubelet(ContainerSetup):
 
     async def _terminate(self, run: _Run) -> None:
         run.terminating = True
-        grace = float((run.pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        grace = _grace(run)
         procs = [c.proc for c in run.inits + run.containers if c.proc is not None and c.proc.returncode is None]
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
