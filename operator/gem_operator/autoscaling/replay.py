@@ -167,11 +167,14 @@ def simulate(
     spec_override: RankingServiceSpec | None = None,
     only: Sequence[str] | None = None,
     static_replicas: int | None = None,
+    rps_window_seconds: float | None = None,
 ) -> ReplayReport:
     """Run the three pools over `load` (per-second series) and collect the report.
 
     `static_replicas` fixes the static pool (default: the peak of the smoothed load at the
     target utilisation); the load test passes the size it ran, so both compare the same pool.
+    `rps_window_seconds` is the HPA-on-RPS baseline's rate window (default: one sync period);
+    the load test passes its Prometheus rate window.
     `rps_utilisation` replaces the RPS baseline's target utilisation (default: the one the SM
     target means), so a benchmark can compare the two at equal GPU-hours. `scale_mode` only labels
     the report (the series is already scaled). `spec_override` runs the policy pool with another
@@ -230,6 +233,8 @@ def simulate(
     rps_util = target_util if rps_utilisation is None else rps_utilisation
     target_rps = rps_util * model.throughput_per_replica / (cost_per_request if cost_per_request > 0 else 1.0)
 
+    rps_window = max(1, round(rps_window_seconds)) if rps_window_seconds else sync_every
+
     def rps_rule(state_box: list[ScalerState]) -> Decide:
         # Same algorithm; the metric is requests/s per Ready pod, expressed against the SM target
         # so the HPA ratio metric/target is rps_per_pod / target_rps.
@@ -239,7 +244,7 @@ def simulate(
             ready = pool.ready_count(now)
             per_pod = None
             if ready:
-                rps = win.mean("requests", t - sync_every, t) / ready
+                rps = win.mean("requests", t - rps_window, t) / ready
                 per_pod = rps / target_rps * a.target_sm_active
             obs = _observation(pool, now, per_pod, gpus, cluster_gpus)
             d = desired_replicas(a, state_box[0], obs, now, saturation=None)
@@ -373,10 +378,12 @@ def run_replay(
     scale_mode: ScaleMode = "independent",
     trend_seconds: float = TREND_SECONDS,
     static_replicas: int | None = None,
+    rps_window_seconds: float | None = None,
 ) -> ReplayReport:
     """Replay `trace` against the RankingService in `service`. Raises TraceError / ProfileError.
 
-    `static_replicas` fixes the static pool's size (default: sized for the run's peak)."""
+    `static_replicas` fixes the static pool's size (default: sized for the run's peak);
+    `rps_window_seconds` the HPA-on-RPS baseline's rate window (default: one sync period)."""
     name, spec = load_service(service)
     model = ServiceModel.load(profile) if profile is not None else ServiceModel()
     arrivals = load_trace(trace, cost_column)
@@ -394,6 +401,7 @@ def run_replay(
         cluster_gpus=cluster_gpus,
         scale_mode=scale_mode,
         static_replicas=static_replicas,
+        rps_window_seconds=rps_window_seconds,
     )
 
 

@@ -27,11 +27,10 @@ Defaults and why (override any of them with `--profile FILE.json`, same keys):
   with GPU work, which is why CPU is a poor scaling signal for this server.
 - `timeout_ms` = 10 000: latency reported when nothing can serve (no Ready replica).
 - `service_seconds` = 0 (off): when > 0, each replica serves one request at a time in this fixed
-  time behind a round-robin front (the load test's emulated replicas), and p99 comes from a
-  queue per replica instead of `latency_p99_ms` (`round_robin_p99_ms`): round-robin hands each
-  of k Ready replicas every k-th arrival, so the more replicas, the more regular each one's
-  arrivals and the shorter its queue at the same utilisation. `arrival_scv` = 1 is the squared
-  coefficient of variation of the pool's inter-arrival times within a second (1: Poisson).
+  time behind a round-robin front (the load test's emulated replicas), and the pool is simulated
+  request by request (`round_robin.RoundRobinQueues`) instead of as one fluid queue with the
+  `latency_p99_ms` curve: there a request's wait depends on its own replica's recent arrivals,
+  which no per-second utilisation says.
 """
 
 from __future__ import annotations
@@ -44,6 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from gem_operator.autoscaling.round_robin import RoundRobinQueues
 
 Curve = tuple[tuple[float, float], ...]
 
@@ -76,7 +77,6 @@ class ServiceModel:
     model_load_seconds: float = 90.0
     timeout_ms: float = 10_000.0
     service_seconds: float = 0.0
-    arrival_scv: float = 1.0
     source: str = field(default="defaults", compare=False)
 
     @property
@@ -94,13 +94,8 @@ class ServiceModel:
                 hi = mid
         return (lo + hi) / 2
 
-    def p99_ms(self, utilisation: float, queue_wait_s: float = 0.0, ready: int = 1) -> float:
-        """p99 at this utilisation of `ready` replicas, plus the fluid queue's wait."""
-        if self.service_seconds > 0:
-            base = round_robin_p99_ms(self.service_seconds, utilisation, self.arrival_scv, max(1, ready))
-        else:
-            base = interpolate(self.latency_p99_ms, min(utilisation, 1.0))
-        return base + 1000.0 * queue_wait_s
+    def p99_ms(self, utilisation: float, queue_wait_s: float = 0.0) -> float:
+        return interpolate(self.latency_p99_ms, min(utilisation, 1.0)) + 1000.0 * queue_wait_s
 
     @classmethod
     def load(cls, path: str | Path) -> ServiceModel:
@@ -145,7 +140,6 @@ class ServiceModel:
             "model_load_seconds": self.model_load_seconds,
             "timeout_ms": self.timeout_ms,
             "service_seconds": self.service_seconds,
-            "arrival_scv": self.arrival_scv,
         }
 
 
@@ -171,29 +165,24 @@ def _curve(value: Any, where: str) -> Curve:
     return tuple(points)
 
 
-def round_robin_p99_ms(service_seconds: float, utilisation: float, arrival_scv: float, replicas: int) -> float:
-    """p99 latency (ms) of one of `replicas` fixed-time servers fed round-robin.
-
-    Each replica is a G/D/1 queue whose arrivals are every k-th arrival of the pool: the sum of k
-    inter-arrival times, so their squared coefficient of variation is `arrival_scv / k` (Poisson
-    arrivals make it Erlang-k). Kingman's heavy-traffic tail for a deterministic service time D:
-    P(wait > t) ~ rho * exp(-2 (1 - rho) t / (D * c2)), so
-    p99 = D * (1 + c2 * max(0, ln(100 rho)) / (2 (1 - rho))). With k = 1 and c2 = 1 it is the
-    M/D/1 tail. Measured closed loops: one replica at 60 % showed p99 of 6-10 D (the batching
-    curve says 1.3 D), while pools of 12-16 replicas held p99 near D until overload. At rho >= 1 the
-    value is capped at rho = 0.99; the fluid queue adds the rest.
-    """
-    rho = min(max(utilisation, 0.0), 0.99)
-    c2 = max(arrival_scv, 0.0) / max(1, replicas)
-    wait = c2 * math.log(100 * rho) / (2 * (1 - rho)) if rho > 0.01 else 0.0
-    return 1000.0 * service_seconds * (1 + max(0.0, wait))
-
-
 def single_server_p99_curve(
     service_seconds: float, points: Sequence[float] = (0.0, 0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 ) -> Curve:
-    """`round_robin_p99_ms` of one replica with Poisson arrivals (M/D/1), as a curve over utilisation."""
-    return tuple((rho, round_robin_p99_ms(service_seconds, rho, 1.0, 1)) for rho in points)
+    """p99 latency (ms) vs utilisation of one server holding each request for `service_seconds`.
+
+    Under Poisson arrivals it is an M/D/1 queue: the wait exceeds t with probability about
+    rho * exp(-2 (1 - rho) t / D), so p99 = D * (1 + max(0, ln(100 rho)) / (2 (1 - rho))); measured
+    against one emulated replica at 60 % it was 6-10 D where the batching curve says 1.3 D. It is
+    a steady state: applied to a pool behind round robin, or to a one-second burst, it overshoots
+    (see `round_robin`). At rho = 1 the value is capped at the rho = 0.99 one.
+    """
+    d_ms = 1000.0 * service_seconds
+    out = []
+    for rho in points:
+        r = min(rho, 0.99)
+        wait = math.log(100 * r) / (2 * (1 - r)) if r > 0.01 else 0.0
+        out.append((rho, d_ms * (1 + max(0.0, wait))))
+    return tuple(out)
 
 
 def fluid_step(queued: float, load: float, capacity: float, dt: float) -> tuple[float, float]:
@@ -216,6 +205,7 @@ class Pool:
     created: list[float] = field(default_factory=list)
     queue: float = 0.0  # cost units waiting (fluid model)
     gpu_seconds: float = 0.0
+    _queues: RoundRobinQueues | None = field(default=None, repr=False)
 
     def ready_count(self, now: float) -> int:
         # created is sorted ascending (pods are appended at the current time).
@@ -244,13 +234,34 @@ class Pool:
         """Advance dt seconds at `load` cost units/s. Returns (utilisation, sm_active, p99 ms)."""
         self.gpu_seconds += len(self.created) * dt
         ready = self.ready_count(now)
+        if self.model.service_seconds > 0:
+            return self._step_round_robin(load, now, dt, ready)
         cap = ready * self.model.throughput_per_replica
         self.queue, util = fluid_step(self.queue, load, cap, dt)
         if cap <= 0:
             return util, 0.0, self.model.timeout_ms if load > 0 else 0.0
         wait = self.queue / cap
-        p99 = min(self.model.p99_ms(util, wait, ready), self.model.timeout_ms)
+        p99 = min(self.model.p99_ms(util, wait), self.model.timeout_ms)
         return util, interpolate(self.model.sm_active, util), p99
+
+    def _step_round_robin(self, load: float, now: float, dt: float, ready: int) -> tuple[float, float, float]:
+        """The same step, request by request on fixed-time replicas behind round robin."""
+        d = self.model.service_seconds
+        if self._queues is None:
+            self._queues = RoundRobinQueues(d)
+        queues = self._queues
+        queues.resize(len(self.created))
+        served = queues.step(load * dt, now, dt, ready)
+        self.queue = served.backlog_seconds / d
+        if served.refused:
+            return served.utilisation, 0.0, self.model.timeout_ms
+        if served.latencies:
+            ordered = sorted(served.latencies)
+            p99_s = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+        else:  # nobody asked: what the next request would see
+            p99_s = queues.next_wait(now + dt, ready) + d
+        p99 = min(1000.0 * p99_s, self.model.timeout_ms)
+        return served.utilisation, interpolate(self.model.sm_active, served.utilisation), p99
 
 
 def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
@@ -274,7 +285,6 @@ __all__ = [
     "ServiceModel",
     "fluid_step",
     "interpolate",
-    "round_robin_p99_ms",
     "single_server_p99_curve",
     "weighted_quantile",
 ]

@@ -51,7 +51,15 @@ import yaml
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.replay import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
 from gem_operator.autoscaling.service_model import ServiceModel, single_server_p99_curve
-from gem_operator.sim.closed_loop import ClosedLoop, LoadtestError, PoolRun, Segment, hpa_rps_decider, python_env
+from gem_operator.sim.closed_loop import (
+    RPS_WINDOW_SECONDS,
+    ClosedLoop,
+    LoadtestError,
+    PoolRun,
+    Segment,
+    hpa_rps_decider,
+    python_env,
+)
 from gem_operator.sim.origin import NginxOrigin, OriginError, parse_rate
 from gem_operator.sim.prometheus import PrometheusError
 
@@ -119,8 +127,8 @@ def device_service_model(
 
     One request per batch (``maxBatchSize: 1``) makes the device's busy fraction its utilisation,
     so the throughput is 1 / (service time of one request) and SM active = utilisation; pod start
-    is measured. `latency` picks the p99 model: ``round-robin`` (a fixed-time queue per replica fed
-    every k-th arrival by the Service front, `service_model.round_robin_p99_ms`: what the front
+    is measured. `latency` picks the p99 model: ``round-robin`` (fixed-time replicas fed in turn by
+    the Service front, simulated request by request, `autoscaling.round_robin`: what the front
     does), ``single-server`` (M/D/1 whatever the pool size) or ``batching`` (the default curve's
     shape in units of the service time); the last two are what earlier closed loops were compared
     with, kept in the report to show the difference."""
@@ -178,8 +186,11 @@ def _profile_seconds(profile: Mapping[str, Any], candidates: int, seq_len: int) 
 # --------------------------------------------------------------------------- figures
 
 
-def pool_figures(run: PoolRun, slo_ms: float, seconds: int, gpus: int) -> dict[str, Any]:
-    """The client-measured figures of one pool (see the module docstring)."""
+def pool_figures(run: PoolRun, slo_ms: float, seconds: int, gpus: int, warmup_minutes: int = 0) -> dict[str, Any]:
+    """The client-measured figures of one pool (see the module docstring).
+
+    Minutes before `warmup_minutes` (first sync + pod start, as `gemop replay` counts them) are
+    counted apart, in ``warmup_violation_minutes``, so both sides judge the same minutes."""
     minutes = max(1, math.ceil(seconds / 60))
     per_minute: list[list[float]] = [[] for _ in range(minutes)]
     errors_min = [0] * minutes
@@ -191,14 +202,17 @@ def pool_figures(run: PoolRun, slo_ms: float, seconds: int, gpus: int) -> dict[s
     gpu_seconds = 0.0
     for a, b in zip(run.samples, run.samples[1:], strict=False):
         gpu_seconds += a.replicas * (b.t - a.t)
-    timeline, violations = [], 0
+    timeline, violations, warm_violations = [], 0, 0
     held_min = [[s.replicas for s in run.samples if m * 60 <= s.t < (m + 1) * 60] for m in range(minutes)]
     ready_min = [[s.ready for s in run.samples if m * 60 <= s.t < (m + 1) * 60] for m in range(minutes)]
     for m in range(minutes):
         lat = sorted(per_minute[m])
         p99 = lat[min(len(lat) - 1, math.ceil(0.99 * len(lat)) - 1)] if lat else None
         if p99 is not None and p99 > slo_ms:
-            violations += 1
+            if m < warmup_minutes:
+                warm_violations += 1
+            else:
+                violations += 1
         timeline.append({
             "minute": m,
             "requests": len(lat),
@@ -215,6 +229,8 @@ def pool_figures(run: PoolRun, slo_ms: float, seconds: int, gpus: int) -> dict[s
     return {
         "gpu_hours": round(gpu_seconds * gpus / 3600, 4),
         "slo_violation_minutes": violations,
+        "slo_violation_pct_after_warmup": round(100 * violations / max(1, minutes - warmup_minutes), 2),
+        "warmup_violation_minutes": warm_violations,
         "direction_changes_per_hour": round(direction_changes / hours, 2) if hours > 0 else 0.0,
         "peak_replicas": max((s.replicas for s in run.samples), default=0),
         "scaling_events": len(changes),
@@ -282,7 +298,9 @@ def simulate_segment(
         described.pop("source")
         profile = work / f"service-model-{latency}.json"
         profile.write_text(json.dumps(described))
-        sims[latency] = run_replay(segment_file, service, profile=profile, static_replicas=static_n)
+        sims[latency] = run_replay(
+            segment_file, service, profile=profile, static_replicas=static_n, rps_window_seconds=RPS_WINDOW_SECONDS
+        )
     return sims
 
 
@@ -340,6 +358,8 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
         startup = sum(startups) / len(startups) if startups else model0.startup_seconds
         sims = simulate_segment(segment, opts.service, spec, opts.candidates, startup, static_n, work)
         model = device_service_model(spec, opts.candidates, 16, startup)
+        minutes = max(1, math.ceil(segment.seconds / 60))
+        warm = sims["round-robin"].warmup_minutes
         report: dict[str, Any] = {
             "duration_seconds": segment.seconds,
             "service": name,
@@ -348,13 +368,15 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
             "scale": opts.scale,
             "slo_p99_ms": spec.slo.p99_latency_ms,
             "service_model": model.describe(),
+            "warmup_minutes": warm,
             "baselines": {},
         }
         # Keys as `gemop replay --output json` has them: per-pool summaries, one timeline of minutes.
-        minutes = max(1, math.ceil(segment.seconds / 60))
         timeline: list[dict[str, Any]] = [{"minute": m} for m in range(minutes)]
         for pool, run in runs.items():
-            figures = pool_figures(run, spec.slo.p99_latency_ms, segment.seconds, spec.gpus_per_replica)
+            figures = pool_figures(
+                run, spec.slo.p99_latency_ms, segment.seconds, spec.gpus_per_replica, warmup_minutes=warm
+            )
             for row, per_pool in zip(timeline, figures.pop("timeline"), strict=False):
                 row.setdefault("requests_per_s", round(per_pool["requests"] / 60.0, 2))
                 row[pool] = {k: v for k, v in per_pool.items() if k != "minute"}
@@ -379,8 +401,8 @@ def to_table(report: Mapping[str, Any]) -> str:
     lines = [
         f"loadtest of {report['trace']} (minutes {report['start_minute']:g}+{report['duration_seconds'] / 60:g}, "
         f"x{report['scale']:g}) against RankingService {report['service']}: SLO p99 <= {report['slo_p99_ms']:g} ms",
-        f"{'pool':<12} {'GPU-h':>8} {'sim GPU-h':>9} {'viol min':>8} {'sim viol':>8} {'dir chg/h':>9} "
-        f"{'peak':>5} {'requests':>9} {'errors':>7}",
+        f"{'pool':<12} {'GPU-h':>8} {'sim GPU-h':>9} {'viol min':>8} {'sim viol':>8} {'warm-up':>7} "
+        f"{'dir chg/h':>9} {'peak':>5} {'requests':>9} {'errors':>7}",
     ]
     sim = report.get("simulated") or {}
     pools = {POLICY: report.get("policy"), **report.get("baselines", {})}
@@ -391,11 +413,13 @@ def to_table(report: Mapping[str, Any]) -> str:
         lines.append(
             f"{pool:<12} {fig['gpu_hours']:>8.3f} {(s or {}).get('gpu_hours', float('nan')):>9.3f} "
             f"{fig['slo_violation_minutes']:>8d} {(s or {}).get('slo_violation_minutes', -1):>8d} "
+            f"{fig.get('warmup_violation_minutes', 0):>3d}/{(s or {}).get('warmup_violation_minutes', 0):<3d} "
             f"{fig['direction_changes_per_hour']:>9.2f} {fig['peak_replicas']:>5d} {fig['requests']:>9d} "
             f"{fig['errors']:>7d}"
         )
     lines.append(
-        "(GPU-h and violation minutes measured by the client; 'sim' columns: `gemop replay` on the same segment)"
+        "(GPU-h and violation minutes measured by the client; 'sim' columns: `gemop replay` on the same segment; "
+        f"violation minutes after the {report.get('warmup_minutes', 0)}-minute warm-up, warm-up ones as client/sim)"
     )
     return "\n".join(lines)
 

@@ -93,6 +93,10 @@ class PoolRun:
     conditions: list[dict[str, Any]] = field(default_factory=list)
 
 
+# The HPA-on-RPS pool's rate window in Prometheus (6 scrapes at 5 s); the fluid side uses the same.
+RPS_WINDOW_SECONDS = 30
+
+
 def python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -372,7 +376,7 @@ class ClosedLoop:
 
     def rps_per_pod(self) -> dict[str, float] | None:
         assert self.prometheus is not None
-        q = f'sum by (pod) (rate(gem_ranking_requests_total{{namespace="{self.namespace}"}}[30s]))'
+        q = f'sum by (pod) (rate(gem_ranking_requests_total{{namespace="{self.namespace}"}}[{RPS_WINDOW_SECONDS}s]))'
         try:
             params = urllib.parse.urlencode({"query": q})
             with urllib.request.urlopen(f"{self.prometheus.url}/api/v1/query?{params}", timeout=5) as r:
