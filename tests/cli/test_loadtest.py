@@ -106,12 +106,17 @@ def test_figures_count_errors_as_misses_and_replica_seconds_as_gpu_time() -> Non
     assert fig["peak_replicas"] == 4 and fig["scaling_events"] == 1 and fig["direction_changes_per_hour"] == 0
     assert fig["mean_startup_seconds"] == 13.0
     assert not math.isnan(fig["gpu_hours"])
+    # Judged as `gemop replay` judges: a miss before the first decision can act is warm-up.
+    warm = pool_figures(PoolRun("policy", records, samples, [12.0]), slo_ms=100, seconds=120, gpus=1, warmup_minutes=2)
+    assert warm["slo_violation_minutes"] == 0 and warm["warmup_violation_minutes"] == 1
 
 
 def test_bad_flags_and_services_get_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _trace(tmp_path, [{"t": float(t), "cost": 1} for t in range(120)])
     assert main(["loadtest", "--trace", str(trace), "--service", str(SERVICE), "--pools", "policy,kpa"]) == 2
     assert "unknown ['kpa']" in capsys.readouterr().err
+    assert main(["loadtest", "--trace", str(trace), "--service", str(SERVICE), "--origin-rate", "fast"]) == 2
+    assert "--origin-rate" in capsys.readouterr().err
     doc = yaml.safe_load(SERVICE.read_text())
     doc["spec"]["autoscaling"]["maxReplicas"] = 64
     big = tmp_path / "big.yaml"
