@@ -131,6 +131,55 @@ def test_creeps_back_only_after_a_whole_window_well_under() -> None:
         assert target == pytest.approx(min(0.6, 0.45 + 0.03 * steps))
 
 
+def test_near_the_slo_at_the_target_cuts_before_the_first_violation() -> None:
+    """The warm start: a pool at its target whose p99 already uses most of the SLO is cut."""
+    s = spec()
+    # 10 pods at 0.6 (on target), p99 30 ms: over 0.7 x 40 = 28 ms, under the SLO.
+    d = run(s, ScalerState(), obs([0.6] * 10, p99=30.0))
+    assert d.effective_target == pytest.approx(0.54) and d.desired_replicas == 12
+    assert "near SLO" in d.message
+    # Not over the SLO: no scale-down hold starts, and a cut waits for the interval as above.
+    assert d.state.slo_last_over is None
+    again = run(s, d.state, obs([0.6] * 12, p99=30.0, now=NOW + 15), NOW + 15)
+    assert again.effective_target == pytest.approx(0.54)
+    # Below the target the same p99 says nothing about the target: hold.
+    below = run(s, ScalerState(), obs([0.45] * 10, p99=30.0))
+    assert below.effective_target == pytest.approx(0.6)
+    # Without an SM reading nothing is cut either.
+    none = run(
+        s,
+        ScalerState(),
+        Observation(
+            current_replicas=2,
+            pods=[],
+            metrics=MetricReading.unavailable("x"),
+            latency=LatencyReading(p99_ms=30.0, timestamp=NOW - 5),
+        ),
+    )
+    assert none.effective_target == pytest.approx(0.6)
+
+
+def test_no_scale_down_for_the_hold_after_an_over_slo_p99() -> None:
+    s = spec(stabilizationSeconds={"down": 0}, sloFeedback={"scaleDownHoldSeconds": 300})
+    over = run(s, ScalerState(), obs([0.1] * 8, p99=48.0))
+    assert over.state.slo_last_over == NOW
+    # 100 s later the p99 is fine and the pods idle: still held.
+    held = run(s, over.state, obs([0.1] * 8, p99=20.0, now=NOW + 100), NOW + 100)
+    assert held.desired_replicas == 8
+    assert held.condition(SCALING_LIMITED).reason == "LatencyOverSlo"
+    assert "scaleDownHoldSeconds=300" in held.condition(SCALING_LIMITED).message
+    # Once the hold has run out it scales down.
+    later = run(s, held.state, obs([0.1] * 8, p99=20.0, now=NOW + 301), NOW + 301)
+    assert later.desired_replicas < 8
+    # Scale-up is never held.
+    up = run(s, over.state, obs([0.9] * 8, p99=20.0, now=NOW + 100), NOW + 100)
+    assert up.desired_replicas > 8
+    # A hold of 0 turns it off.
+    s0 = spec(stabilizationSeconds={"down": 0}, sloFeedback={"scaleDownHoldSeconds": 0})
+    d0 = run(s0, over.state, obs([0.1] * 8, p99=20.0, now=NOW + 100), NOW + 100)
+    assert d0.desired_replicas < 8
+
+
 def test_over_slo_blocks_scale_down() -> None:
     s = spec(stabilizationSeconds={"down": 0})
     low = obs([0.1] * 8, p99=48.0)
@@ -167,9 +216,9 @@ def test_disabled_feedback_scales_on_target_sm_active() -> None:
 
 
 def test_learned_target_is_clamped_to_a_changed_spec() -> None:
-    d = run(spec(targetSmActive=0.5), ScalerState(effective_target=0.58), obs([0.5] * 4, p99=30.0))
+    d = run(spec(targetSmActive=0.5), ScalerState(effective_target=0.58), obs([0.5] * 4, p99=25.0))
     assert d.effective_target == pytest.approx(0.5)
-    d = run(spec(targetSmActive=0.9), ScalerState(effective_target=0.2), obs([0.5] * 4, p99=30.0))
+    d = run(spec(targetSmActive=0.9), ScalerState(effective_target=0.2), obs([0.5] * 4, p99=25.0))
     assert d.effective_target == pytest.approx(0.45)  # floor 0.5 x 0.9
 
 
@@ -224,8 +273,15 @@ def test_property_effective_target_bounded_falls_over_slo_never_rises_then(
             )
             if cut_due and max(values) < 0.9 and prev > floor + 1e-12:  # not saturated (no queue here)
                 assert target < prev  # it falls
+        elif p99 is not None and p99 > s.slo_feedback.recover_below * SLO and sum(values) / len(values) >= prev - 1e-9:
+            pass  # near the SLO at the target: may be cut (the warm start), never raised
         else:
-            assert target >= prev - 1e-12  # only the over-SLO branch cuts
+            assert target >= prev - 1e-12  # only the over-SLO and near-at-target branches cut
+        if p99 is not None and p99 > s.slo_feedback.recover_below * SLO:
+            assert target <= prev + 1e-12  # never rises near or over the SLO
+        last_over = state.slo_last_over if not (p99 is not None and p99 > SLO) else t
+        if last_over is not None and t - last_over < s.slo_feedback.scale_down_hold_seconds:
+            assert d.desired_replicas >= min(o.current_replicas, s.max_replicas)  # the hold after a miss
         if p99 is None:
             assert target == pytest.approx(prev)
         prev, state, t = target, d.state, t + 15
@@ -271,6 +327,7 @@ states = st.builds(
     slo_last_decrease=st.one_of(st.none(), st.floats(0, 1e9)),
     panic_until=st.one_of(st.none(), st.floats(0, 1e9)),
     backlog=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6))),
+    slo_last_over=st.one_of(st.none(), st.floats(0, 1e9)),
 )
 
 
@@ -282,7 +339,10 @@ def test_property_state_round_trips_through_json(state: ScalerState) -> None:
     assert ScalerState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
 
 
-@pytest.mark.parametrize("bad", [{"effectiveTarget": "x"}, {"effectiveTarget": math.inf}, {"panicUntil": [1]}])
+@pytest.mark.parametrize(
+    "bad",
+    [{"effectiveTarget": "x"}, {"effectiveTarget": math.inf}, {"panicUntil": [1]}, {"sloLastOver": "soon"}],
+)
 def test_malformed_state_is_forgotten_not_fatal(bad: dict[str, Any]) -> None:
     assert ScalerState.from_dict(bad) == ScalerState()
 
@@ -350,6 +410,7 @@ def test_property_no_scale_down_while_panicking(stable: list[float], short: floa
         ({"sloFeedback": {"decreasePercent": 0}}, "decreasePercent"),
         ({"sloFeedback": {"recoverBelow": 1.5}}, "recoverBelow"),
         ({"sloFeedback": {"recoverSeconds": 1}}, "recoverSeconds"),
+        ({"sloFeedback": {"scaleDownHoldSeconds": -1}}, "scaleDownHoldSeconds"),
         ({"panic": {"threshold": 1.0}}, "threshold"),
         ({"panic": {"windowSeconds": 0}}, "windowSeconds"),
         ({"metrics": {"latency": {"query": ""}}}, "query"),

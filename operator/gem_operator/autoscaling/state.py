@@ -25,6 +25,7 @@ class ScalerState:
     slo_good_since: start of the current run of syncs with p99 well under the SLO (creep-back clock).
     slo_last_decrease: when the SLO feedback last cut the effective target.
     panic_until: panic mode lasts until this time (None: not panicking).
+    slo_last_over: when a fresh p99 was last over the SLO (the scale-down hold runs from it).
     backlog: (time, total queued pod-seconds of the Ready pods) at the last sync with a queue
         reading; its change estimates the arrivals while pods drain a backlog.
     """
@@ -38,6 +39,7 @@ class ScalerState:
     slo_last_decrease: float | None = None
     panic_until: float | None = None
     backlog: tuple[float, float] | None = None
+    slo_last_over: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +52,7 @@ class ScalerState:
             "sloLastDecrease": self.slo_last_decrease,
             "panicUntil": self.panic_until,
             "backlog": None if self.backlog is None else list(self.backlog),
+            "sloLastOver": self.slo_last_over,
         }
 
     @classmethod
@@ -73,6 +76,7 @@ class ScalerState:
                 slo_last_decrease=_opt(data.get("sloLastDecrease")),
                 panic_until=_opt(data.get("panicUntil")),
                 backlog=None if data.get("backlog") is None else (float(data["backlog"][0]), float(data["backlog"][1])),
+                slo_last_over=_opt(data.get("sloLastOver")),
             )
         except (TypeError, ValueError):
             return cls()
