@@ -209,7 +209,7 @@ class Reach:
 
 
 # The oracle's headroom, finely where the GPU-hour target is decided: x1.00..x2.00 by 0.05, then coarser.
-REACH_HEADROOMS = tuple(round(1 + 0.05 * i, 2) for i in range(21)) + (2.25, 2.5, 3.0, 3.5, 4.0)
+REACH_HEADROOMS = (*(round(1 + 0.05 * i, 2) for i in range(21)), 2.25, 2.5, 3.0, 3.5, 4.0)
 GPU_TARGET = 0.75
 
 
@@ -277,7 +277,8 @@ def verdicts(
         best = (
             f"even headroom x1 costs more than {GPU_TARGET} of static GPU-h"
             if math.isinf(reachable.best_pct)
-            else f"its best within {GPU_TARGET} of static GPU-h is {reachable.best_pct:.2f}% (x{reachable.best_headroom:g})"
+            else f"its best within {GPU_TARGET} of static GPU-h is {reachable.best_pct:.2f}% "
+            f"(x{reachable.best_headroom:g})"
         )
         slo_text += (
             f"; OUT OF REACH for a reactive policy: the reactive oracle's floor at x1 is {reachable.floor_pct:.2f}%, "

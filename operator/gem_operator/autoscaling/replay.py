@@ -26,7 +26,9 @@ Every simulated second each pool serves the load through the service model
 same load:
 
 - `policy`: `policy.desired_replicas` with the RankingService's `spec.autoscaling`, fed the
-  mean SM active of each Ready pod over the last sync interval and, when `metrics.queue` is
+  mean SM active of each Ready pod over the seconds of the last sync interval it was Ready (a
+  pod that became Ready at the sync has no sample yet, as a scrape would show, rather than the
+  saturated SM of the pods that served the interval before it) and, when `metrics.queue` is
   enabled, the queued seconds of work per Ready pod at the sync (the server's queue gauge over
   its completion rate; in the model, the fluid queue over the Ready capacity). With
   `metrics.latency` enabled it also gets the pool's p99 over the last 60 s (the request-weighted
@@ -34,7 +36,8 @@ same load:
   `spec.slo`, so the SLO feedback runs as in the operator; with `panic` enabled, SM active over
   the panic window.
 - `hpa_rps`: the same HPA algorithm and settings (without the saturation rule, which is about
-  a bounded signal, and without the queue signal) fed requests/s per Ready pod -- the arrival
+  a bounded signal, and without the queue signal) fed requests/s per Ready pod (each pod's share
+  over the seconds it was Ready, read the same way) -- the arrival
   rate, a request count blind to request cost -- with the target set to what the SM target
   means in requests: `target utilisation * throughput_per_replica / cost per request`, the cost
   per request being the run's own mean (hindsight: the best fixed calibration for the trace).
