@@ -159,6 +159,21 @@ def test_near_the_slo_at_the_target_cuts_before_the_first_violation() -> None:
     assert none.effective_target == pytest.approx(0.6)
 
 
+def test_p99_off_its_floor_scales_up_without_the_tolerance_band() -> None:
+    """4 pods at SM 0.63 on a 0.6 target: ratio 1.05, inside HPA's 10 % band, needs ceil(4.2) = 5."""
+    s = spec(sloFeedback={"recoverBelow": 0.8})  # 22 ms is neither near nor over: the target stays 0.6
+    plain = run(s, ScalerState(), obs([0.63] * 4, p99=19.0))  # p99 under 0.5 x SLO: the band applies
+    assert plain.desired_replicas == 4 and plain.effective_target == pytest.approx(0.6)
+    eager = run(s, ScalerState(), obs([0.63] * 4, p99=22.0))  # over 0.5 x 40 = 20 ms
+    assert eager.desired_replicas == 5 and eager.effective_target == pytest.approx(0.6)
+    # Scale-down keeps its band: 4 pods at 0.56 (ratio 0.93) stay at 4 either way.
+    assert run(s, ScalerState(), obs([0.56] * 4, p99=22.0)).desired_replicas == 4
+    # No latency reading: today's SM path, the band applies.
+    assert desired_replicas(s, ScalerState(), obs([0.63] * 4), NOW).desired_replicas == 4
+    off = spec(sloFeedback={"recoverBelow": 0.8, "eagerScaleUpAbove": 1.0})
+    assert run(off, ScalerState(), obs([0.63] * 4, p99=22.0)).desired_replicas == 4
+
+
 def test_no_scale_down_for_the_hold_after_an_over_slo_p99() -> None:
     s = spec(stabilizationSeconds={"down": 0}, sloFeedback={"scaleDownHoldSeconds": 300})
     over = run(s, ScalerState(), obs([0.1] * 8, p99=48.0))
@@ -411,6 +426,7 @@ def test_property_no_scale_down_while_panicking(stable: list[float], short: floa
         ({"sloFeedback": {"recoverBelow": 1.5}}, "recoverBelow"),
         ({"sloFeedback": {"recoverSeconds": 1}}, "recoverSeconds"),
         ({"sloFeedback": {"scaleDownHoldSeconds": -1}}, "scaleDownHoldSeconds"),
+        ({"sloFeedback": {"eagerScaleUpAbove": 0}}, "eagerScaleUpAbove"),
         ({"panic": {"threshold": 1.0}}, "threshold"),
         ({"panic": {"windowSeconds": 0}}, "windowSeconds"),
         ({"metrics": {"latency": {"query": ""}}}, "query"),

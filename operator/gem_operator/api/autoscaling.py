@@ -190,6 +190,11 @@ class SloFeedback(ApiModel):
       of targetSmActive, never above targetSmActive; each step needs another whole window.
     - no fresh reading: it holds.
 
+    While a fresh p99 is over `eagerScaleUpAbove` * SLO, scale-up ignores `tolerance.up` (any SM
+    ratio over 1 adds the replicas it rounds up to): the tolerance band keeps noise from moving the
+    pool, but once the p99 has left its floor, waiting for a 10 % excess costs a pod start on a
+    ramp (at a few replicas 10 % is most of a replica). Scale-down keeps its tolerance.
+
     The effective target is kept in status (`autoscaling.effectiveTargetSmActive` and the scaler
     state), so a restarted operator keeps what it learned.
     """
@@ -226,6 +231,15 @@ class SloFeedback(ApiModel):
     )
     recover_percent: int = Field(
         default=5, ge=1, le=100, description="Step back toward targetSmActive, in percent of targetSmActive."
+    )
+    eager_scale_up_above: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description=(
+            "While p99 is over this fraction of the SLO, scale-up ignores tolerance.up (a replica is added as "
+            "soon as the SM ratio rounds up to it)."
+        ),
     )
     scale_down_hold_seconds: int = Field(
         default=300,
@@ -283,7 +297,8 @@ class AutoscalingSpec(ApiModel):
             "decreaseIntervalSeconds (60 s), not while the pool is overloaded, never below minTargetFraction "
             "(0.5) x targetSmActive; the pool does not scale down while p99 > SLO nor for "
             "scaleDownHoldSeconds (300 s) after; after recoverSeconds (600 s) with p99 <= recoverBelow x SLO "
-            "it creeps back recoverPercent (5 %) of targetSmActive; otherwise it holds. Reported as "
+            "it creeps back recoverPercent (5 %) of targetSmActive; otherwise it holds. While p99 > "
+            "eagerScaleUpAbove (0.5) x SLO scale-up ignores tolerance.up. Reported as "
             "status.autoscaling.effectiveTargetSmActive."
         ),
     )

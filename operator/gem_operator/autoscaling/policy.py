@@ -11,7 +11,10 @@ either). Steps, in order:
    `recoverBelow` = 0.7 x SLO) while the Ready pods' mean SM active is at or above the effective
    target (the warm start: learned before the first miss), and creeps back 5 % of
    `targetSmActive` per 600 s with p99 <= 0.7 x SLO. It lives in `ScalerState`. Without a
-   latency reading it holds (a fresh state: exactly `targetSmActive`).
+   latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh p99 is over
+   `eagerScaleUpAbove` (0.5) x SLO, scale-up ignores the up tolerance band (step 1): a pool whose
+   p99 has left its floor adds the replica its SM ratio rounds up to at once instead of after a
+   10 % excess, which at a few replicas is most of a replica and, on a ramp, a pod start late.
 1. **Signal.** Only pods that are Ready *and* have finished loading the model count. Their
    fresh SM-active samples (younger than `metrics.staleAfterSeconds`) give the ratio
    `metric / target`. Inside the tolerance band (per direction) nothing changes. Above it,
@@ -214,8 +217,24 @@ def desired_replicas(
     held_target = effective_target(spec, state)
     sig = sm_signal(spec, obs, now, saturation, state.queue, target=held_target, last_backlog=state.backlog)
     slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=sig.overloaded, sm_active=sig.metric_value)
-    if slo.target != held_target:
-        sig = sm_signal(spec, obs, now, saturation, state.queue, target=slo.target, last_backlog=state.backlog)
+    # A p99 already using part of the SLO: scale-up does not wait for the up tolerance band (at a
+    # few replicas 10 % is most of a replica, and the replica ordered late serves a pod start later).
+    eager = (
+        slo.p99_ms is not None
+        and slo_p99_ms is not None
+        and slo.p99_ms > spec.slo_feedback.eager_scale_up_above * slo_p99_ms
+    )
+    if slo.target != held_target or eager:
+        sig = sm_signal(
+            spec,
+            obs,
+            now,
+            saturation,
+            state.queue,
+            target=slo.target,
+            last_backlog=state.backlog,
+            tolerance_up=0.0 if eager else None,
+        )
     pan = panic_step(spec, state, obs, now, slo.target, saturation)
     signals: dict[str, float] = {}
     if sig.recommendation is not None:
