@@ -176,16 +176,16 @@ class SloFeedback(ApiModel):
     promise. At every sync with a fresh latency reading:
 
     - p99 > SLO: the effective target drops by `decreasePercent` (at most once per
-      `decreaseIntervalSeconds`, and not while the pool is overloaded: queued work or saturated
-      SM, which the queue and saturation rules size), never below `minTargetFraction *
+      `decreaseIntervalSeconds`; after a first cut not while pods are still starting, since the
+      p99 has not seen the replicas the last cut ordered; and not while the pool is overloaded:
+      queued work or saturated SM, which the queue and saturation rules size), never below `minTargetFraction *
       targetSmActive`. It never rises while p99 is over the SLO, and the pool does not scale down
       then nor for `scaleDownHoldSeconds` after the last over-SLO reading.
-    - p99 near the SLO (above `recoverBelow` * SLO) while the pool's mean SM active is at or above
-      the effective target: the same cut, before the first violation. A pool at its target whose
-      p99 already uses most of the SLO has too little headroom for a ramp during pod start-up or
-      the next burst; this is how the target is learned from the latency signal against
-      utilisation before the SLO is missed (a cold start at `targetSmActive`). Below the target it
-      holds: a p99 near the SLO there says nothing about the target.
+    - p99 near the SLO (above `recoverBelow` * SLO): the same cut, before the first violation. A
+      pool whose p99 already uses most of the SLO has too little headroom for a ramp during pod
+      start-up or the next burst (and p99 does not fall as the load per pod rises, so below the
+      target this holds all the more); this is how the target is learned from the latency signal
+      before the SLO is missed (a cold start at `targetSmActive`).
     - p99 <= `recoverBelow` * SLO for a whole `recoverSeconds`: it creeps back by `recoverPercent`
       of targetSmActive, never above targetSmActive; each step needs another whole window.
     - no fresh reading: it holds.
@@ -223,7 +223,7 @@ class SloFeedback(ApiModel):
         le=1,
         description=(
             "p99 at or below this fraction of the SLO counts as well under it; above it (near the SLO) "
-            "the target is cut while the pool runs at or above it."
+            "the target is cut as over it."
         ),
     )
     recover_seconds: int = Field(
@@ -292,9 +292,9 @@ class AutoscalingSpec(ApiModel):
         default_factory=SloFeedback,
         description=(
             "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs: it "
-            "starts at targetSmActive; while p99 > SLO, or p99 > recoverBelow (0.7) x SLO with the pool's mean "
-            "SM active at or above the target, it drops decreasePercent (10 %) at most once per "
-            "decreaseIntervalSeconds (60 s), not while the pool is overloaded, never below minTargetFraction "
+            "starts at targetSmActive; while p99 > recoverBelow (0.7) x SLO it drops decreasePercent (10 %) at "
+            "most once per decreaseIntervalSeconds (60 s), after a first cut not while pods are still starting, "
+            "not while the pool is overloaded, never below minTargetFraction "
             "(0.5) x targetSmActive; the pool does not scale down while p99 > SLO nor for "
             "scaleDownHoldSeconds (300 s) after; after recoverSeconds (600 s) with p99 <= recoverBelow x SLO "
             "it creeps back recoverPercent (5 %) of targetSmActive; otherwise it holds. While p99 > "

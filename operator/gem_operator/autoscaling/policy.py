@@ -5,11 +5,11 @@ by default) by the controller and, with simulated time, by the replay (and so by
 either). Steps, in order:
 
 0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
-   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, not
-   while the pool is overloaded, never below `minTargetFraction` = 0.5 of it) while the
-   observed p99 (`Observation.latency`) is over `spec.slo.p99LatencyMs`, or near it (over
-   `recoverBelow` = 0.7 x SLO) while the Ready pods' mean SM active is at or above the effective
-   target (the warm start: learned before the first miss), and creeps back 5 % of
+   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, after
+   a first cut not while pods are still starting, not while the pool is overloaded, never below
+   `minTargetFraction` = 0.5 of it) while the observed p99 (`Observation.latency`) is over
+   `spec.slo.p99LatencyMs` or near it (over `recoverBelow` = 0.7 x SLO: the warm start, learned
+   before the first miss), and creeps back 5 % of
    `targetSmActive` per 600 s with p99 <= 0.7 x SLO. It lives in `ScalerState`. Without a
    latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh p99 is over
    `eagerScaleUpAbove` (0.5) x SLO, scale-up ignores the up tolerance band (step 1): a pool whose

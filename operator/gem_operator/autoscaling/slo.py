@@ -8,20 +8,22 @@ documented on `api.autoscaling.SloFeedback`):
 
 - **Over the SLO** (p99 > `p99LatencyMs`): cut by `decreasePercent` (10 %), at most once per
   `decreaseIntervalSeconds` (60 s, the default query's rate window, so one cut is judged on a p99
-  that could have seen it), and not while the pool is overloaded (queued work or saturated SM at
+  that could have seen it) and, after a first cut, not while pods are still starting (the
+  replicas it ordered serve only after a pod start and model load; cutting again each minute
+  meanwhile learns the start-up lag, not the headroom, and over-corrects), and not while the pool is overloaded (queued work or saturated SM at
   this sync: the queue and saturation rules size an overload, and a flash crowd says nothing about
   the headroom a steady load needs). Never below
   the floor `minTargetFraction * targetSmActive` (0.5). It never rises while over, and the policy
   does not scale down while over nor for `scaleDownHoldSeconds` (300 s) after the last over-SLO
   reading (hysteresis: the capacity a burst needed is not handed back just before the next burst,
   which on bursty traffic is a direction change per burst).
-- **Near the SLO** (p99 > `recoverBelow` (0.7) * SLO) **at the target** (the Ready pods' mean
-  SM active >= the effective target): the same cut, before any violation. The target starts at
-  `targetSmActive`, a guess; a pool running at it with a p99 that already uses most of the SLO
-  has no headroom left for a ramp while new pods start (minutes) or for the next burst, so the
-  first violation would come next. This is the warm start: the target is learned from the latency
-  signal against the utilisation it is read at, not only from misses. Below the target a p99
-  near the SLO says nothing about the target (bursts at a lower load): hold.
+- **Near the SLO** (p99 > `recoverBelow` (0.7) * SLO) with a usable SM reading: the same cut
+  (same interval and start-up rule), before any violation. The target starts at
+  `targetSmActive`, a guess; a pool whose p99 already uses most of the SLO has no headroom left
+  for a ramp while new pods start (minutes) or for the next burst, so the first violation would
+  come next. p99 does not fall as the load per pod rises, so a p99 near the SLO below the target
+  says the target is too high as well. This is the warm start: the target is learned from the
+  latency signal before the first miss, not only from misses.
 - **Well under** (p99 <= `recoverBelow` * SLO) for a whole `recoverSeconds` (600 s): step
   back up by `recoverPercent` (5 %) of `targetSmActive`, never above it; the window restarts.
 - **No fresh reading**: hold. An unavailable latency is never read as a low one.
@@ -96,8 +98,8 @@ def slo_step(
     `overloaded`: the SM signal sees queued work or saturated pods at this sync. The queue and
     saturation rules size an overload; the target is about headroom at a load the pods serve, so
     an overload does not cut it (a flash crowd would otherwise teach it a lesson about bursts).
-    `sm_active`: the Ready pods' mean fresh SM active at this sync (None: no usable reading); a
-    p99 near the SLO cuts the target only when the pool runs at or above it.
+    `sm_active`: the Ready pods' mean fresh SM active at this sync (None: no usable reading, and a
+    p99 near the SLO then cuts nothing).
     """
     fb = spec.slo_feedback
     floor, base = target_bounds(spec)
@@ -111,7 +113,11 @@ def slo_step(
         msg = f"{why}; SM target held at {current:.3f}"
         return SloStep(current, False, None, None, state.slo_last_decrease, msg, last_over, holding)
     last = state.slo_last_decrease
-    due = last is None or now - last >= fb.decrease_interval_seconds
+    # One cut is judged on a p99 that could have seen it: the interval (the query's window), and no
+    # further cut while pods are still starting (the replicas a cut ordered serve a pod start and
+    # model load later; cutting again meanwhile would learn the start-up lag, not the headroom).
+    starting = any(not p.serving for p in obs.pods)
+    due = last is None or (now - last >= fb.decrease_interval_seconds and not starting)
     if p99 > slo_ms:
         if due and not overloaded and current > floor:
             new = max(floor, current * (1 - fb.decrease_percent / 100))
@@ -123,11 +129,10 @@ def slo_step(
         msg = f"p99 {p99:.1f} ms > SLO {slo_ms:g} ms: SM target {current:.3f} ({held})"
         return SloStep(current, True, p99, None, last, msg, now, fb.scale_down_hold_seconds > 0)
     if p99 > fb.recover_below * slo_ms:
-        at_target = sm_active is not None and sm_active >= current - 1e-9
-        if at_target and due and not overloaded and current > floor:
+        if sm_active is not None and due and not overloaded and current > floor:
             new = max(floor, current * (1 - fb.decrease_percent / 100))
             msg = (
-                f"p99 {p99:.1f} ms near SLO {slo_ms:g} ms at SM active {sm_active:.2f}: "
+                f"p99 {p99:.1f} ms near SLO {slo_ms:g} ms (SM active {sm_active:.2f}): "
                 f"SM target {current:.3f} -> {new:.3f}"
             )
             return SloStep(new, False, p99, None, now, msg, last_over, holding)
