@@ -10,10 +10,10 @@ documented on `api.autoscaling.SloFeedback`):
   `decreaseIntervalSeconds` (60 s, the default query's rate window, so one cut is judged on a p99
   that could have seen it) and, after a first cut, not while pods are still starting (the
   replicas it ordered serve only after a pod start and model load; cutting again each minute
-  meanwhile learns the start-up lag, not the headroom, and over-corrects), and not while the pool is overloaded (queued work or saturated SM at
-  this sync: the queue and saturation rules size an overload, and a flash crowd says nothing about
-  the headroom a steady load needs). Never below
-  the floor `minTargetFraction * targetSmActive` (0.5). It never rises while over, and the policy
+  meanwhile learns the start-up lag, not the headroom, and over-corrects), and not while the
+  pool is overloaded (queued work or saturated SM at this sync: the queue and saturation rules
+  size an overload, and a flash crowd says nothing about the headroom a steady load needs).
+  Never below the floor `minTargetFraction * targetSmActive` (0.5). It never rises while over, and the policy
   does not scale down while over nor for `scaleDownHoldSeconds` (300 s) after the last over-SLO
   reading (hysteresis: the capacity a burst needed is not handed back just before the next burst,
   which on bursty traffic is a direction change per burst).
