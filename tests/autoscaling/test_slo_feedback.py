@@ -81,13 +81,18 @@ def test_at_most_one_cut_per_interval_and_none_while_overloaded() -> None:
     assert d2.effective_target == pytest.approx(0.54)  # cut 15 s ago: held
     d3 = run(s, d2.state, obs([0.6] * 10, p99=55.0, now=NOW + 60), NOW + 60)
     assert d3.effective_target == pytest.approx(0.54 * 0.9)
-    # After a cut, pods still starting hold the next one: the p99 has not seen the capacity the
-    # last cut ordered (it serves a pod start later), so a cut now would learn the start-up lag.
-    starting = run(s, d3.state, obs([0.6] * 10, p99=55.0, loading=2, now=NOW + 120), NOW + 120)
+    # After a cut, the next one waits until the replica count it led to serves: the p99 has not
+    # seen that capacity (it serves a pod start later), so a cut now would learn the start-up lag.
+    ordered = d3.state.slo_cut_replicas
+    assert ordered is not None and ordered > 10
+    starting = run(s, d3.state, obs([0.6] * 10, p99=55.0, loading=ordered - 10, now=NOW + 120), NOW + 120)
     assert starting.effective_target == pytest.approx(0.54 * 0.9)
-    assert starting.desired_replicas >= 12  # and the pool still does not scale down
-    d4 = run(s, starting.state, obs([0.6] * 12, p99=55.0, now=NOW + 135), NOW + 135)
+    assert starting.desired_replicas >= ordered  # and the pool still does not scale down
+    d4 = run(s, starting.state, obs([0.6] * ordered, p99=55.0, now=NOW + 135), NOW + 135)
     assert d4.effective_target == pytest.approx(0.54 * 0.81)  # all Ready, still over: the next cut
+    # Pods added later (a rising load) do not hold it once the ordered count serves.
+    more = run(s, d4.state, obs([0.6] * d4.state.slo_cut_replicas, p99=55.0, loading=3, now=NOW + 200), NOW + 200)
+    assert more.effective_target == pytest.approx(0.54 * 0.729)
     # The first cut does not wait for starting pods (nothing was cut yet to wait for).
     first = run(s, ScalerState(), obs([0.6] * 10, p99=55.0, loading=2))
     assert first.effective_target == pytest.approx(0.54)
@@ -297,8 +302,10 @@ def test_property_effective_target_bounded_falls_over_slo_never_rises_then(
         if p99 is not None and p99 > SLO:
             assert target <= prev + 1e-12  # never rises while over the SLO
             assert d.desired_replicas >= min(o.current_replicas, s.max_replicas)  # no scale-down
+            ordered = state.slo_cut_replicas
             cut_due = state.slo_last_decrease is None or (
-                t - state.slo_last_decrease >= s.slo_feedback.decrease_interval_seconds and loading == 0
+                t - state.slo_last_decrease >= s.slo_feedback.decrease_interval_seconds
+                and (ordered is None or len(values) >= min(ordered, len(values) + loading))
             )
             if cut_due and max(values) < 0.9 and prev > floor + 1e-12:  # not saturated (no queue here)
                 assert target < prev  # it falls
@@ -357,6 +364,7 @@ states = st.builds(
     panic_until=st.one_of(st.none(), st.floats(0, 1e9)),
     backlog=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6))),
     slo_last_over=st.one_of(st.none(), st.floats(0, 1e9)),
+    slo_cut_replicas=st.one_of(st.none(), st.integers(0, 10_000)),
 )
 
 
@@ -370,7 +378,13 @@ def test_property_state_round_trips_through_json(state: ScalerState) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"effectiveTarget": "x"}, {"effectiveTarget": math.inf}, {"panicUntil": [1]}, {"sloLastOver": "soon"}],
+    [
+        {"effectiveTarget": "x"},
+        {"effectiveTarget": math.inf},
+        {"panicUntil": [1]},
+        {"sloLastOver": "soon"},
+        {"sloCutReplicas": "many"},
+    ],
 )
 def test_malformed_state_is_forgotten_not_fatal(bad: dict[str, Any]) -> None:
     assert ScalerState.from_dict(bad) == ScalerState()

@@ -176,8 +176,8 @@ class SloFeedback(ApiModel):
     promise. At every sync with a fresh latency reading:
 
     - p99 > SLO: the effective target drops by `decreasePercent` (at most once per
-      `decreaseIntervalSeconds`; after a first cut not while pods are still starting, since the
-      p99 has not seen the replicas the last cut ordered; and not while the pool is overloaded:
+      `decreaseIntervalSeconds`; after a cut not before the replica count it led to serves, since
+      the p99 has not seen the replicas it ordered; and not while the pool is overloaded:
       queued work or saturated SM, which the queue and saturation rules size), never below `minTargetFraction *
       targetSmActive`. It never rises while p99 is over the SLO, and the pool does not scale down
       then nor for `scaleDownHoldSeconds` after the last over-SLO reading.
@@ -293,7 +293,7 @@ class AutoscalingSpec(ApiModel):
         description=(
             "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs: it "
             "starts at targetSmActive; while p99 > recoverBelow (0.7) x SLO it drops decreasePercent (10 %) at "
-            "most once per decreaseIntervalSeconds (60 s), after a first cut not while pods are still starting, "
+            "most once per decreaseIntervalSeconds (60 s) and only once the replicas the last cut led to serve, "
             "not while the pool is overloaded, never below minTargetFraction "
             "(0.5) x targetSmActive; the pool does not scale down while p99 > SLO nor for "
             "scaleDownHoldSeconds (300 s) after; after recoverSeconds (600 s) with p99 <= recoverBelow x SLO "

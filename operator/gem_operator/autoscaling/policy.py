@@ -5,8 +5,8 @@ by default) by the controller and, with simulated time, by the replay (and so by
 either). Steps, in order:
 
 0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
-   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, after
-   a first cut not while pods are still starting, not while the pool is overloaded, never below
+   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, only
+   once the replicas the last cut led to serve, not while the pool is overloaded, never below
    `minTargetFraction` = 0.5 of it) while the observed p99 (`Observation.latency`) is over
    `spec.slo.p99LatencyMs` or near it (over `recoverBelow` = 0.7 x SLO: the warm start, learned
    before the first miss), and creeps back 5 % of
@@ -429,6 +429,7 @@ def desired_replicas(
         slo_last_decrease=slo.last_decrease,
         panic_until=pan.until,
         slo_last_over=slo.last_over,
+        slo_cut_replicas=desired if slo.last_decrease == now else state.slo_cut_replicas,
     )
     return Decision(
         desired_replicas=desired,

@@ -8,7 +8,7 @@ documented on `api.autoscaling.SloFeedback`):
 
 - **Over the SLO** (p99 > `p99LatencyMs`): cut by `decreasePercent` (10 %), at most once per
   `decreaseIntervalSeconds` (60 s, the default query's rate window, so one cut is judged on a p99
-  that could have seen it) and, after a first cut, not while pods are still starting (the
+  that could have seen it) and, after a cut, not before the replica count it led to serves (the
   replicas it ordered serve only after a pod start and model load; cutting again each minute
   meanwhile learns the start-up lag, not the headroom, and over-corrects), and not while the
   pool is overloaded (queued work or saturated SM at this sync: the queue and saturation rules
@@ -114,9 +114,12 @@ def slo_step(
         return SloStep(current, False, None, None, state.slo_last_decrease, msg, last_over, holding)
     last = state.slo_last_decrease
     # One cut is judged on a p99 that could have seen it: the interval (the query's window), and no
-    # further cut while pods are still starting (the replicas a cut ordered serve a pod start and
-    # model load later; cutting again meanwhile would learn the start-up lag, not the headroom).
-    starting = any(not p.serving for p in obs.pods)
+    # further cut until the replicas the last cut ordered serve (`slo_cut_replicas`: they serve a
+    # pod start and model load later; cutting again meanwhile would learn the start-up lag, not the
+    # headroom). Pods added later for a rising load do not hold it.
+    ordered = state.slo_cut_replicas
+    serving = sum(1 for p in obs.pods if p.serving)
+    starting = ordered is not None and serving < min(ordered, obs.current_replicas)
     due = last is None or (now - last >= fb.decrease_interval_seconds and not starting)
     if p99 > slo_ms:
         if due and not overloaded and current > floor:
