@@ -32,8 +32,11 @@ equal or lower GPU-hours (when the policy spends more GPU-hours than RPS at its 
 calibration, RPS is re-run with a lower utilisation target until it spends at least as many, and
 compared at that budget); <= 4 direction changes per hour. Each is printed with the number it is
 judged on and PASS/FAIL. Warm-up (the first 3 minutes, before a first decision can serve) is
-reported apart. Targets are never lowered here: one that no reactive policy can reach is shown
-with the oracle below and said so.
+reported apart. Targets are never lowered here: an SLO-minute miss is marked OUT OF REACH instead
+of FAIL only when the reactive oracle below misses it too at every headroom within the GPU-hour
+target (x1.00-x2.00 by 0.05, then to x4) and neither RPS baseline meets both; the line says what
+the oracle reaches and what meeting it would cost. Any other miss is a FAIL, and the exit status
+is 1 on a FAIL. A summary table ends the run.
 
 Feasibility: for each scenario a "reactive oracle" (exact per-second load, orders at every 15 s
 sync with no tolerance or rate limit, holds the peak of the scale-down window, replicas still take
@@ -185,10 +188,64 @@ def rps_at_equal_gpu_hours(
     return best
 
 
+PASS, FAIL, OUT_OF_REACH = "PASS", "FAIL", "OUT OF REACH"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Whether any reactive policy can meet the SLO-minute target within the GPU-hour target.
+
+    From a fine sweep of the reactive oracle's headroom (`REACH_HEADROOMS`): `best_pct` is the
+    fewest violation minutes (in %) the oracle reaches at <= 0.75 of static GPU-hours, at headroom
+    `best_headroom`; `reachable` says whether that meets the target.
+    """
+
+    reachable: bool
+    best_pct: float
+    best_headroom: float
+    floor_pct: float  # the oracle at headroom x1: what no signal could remove
+    least_headroom: float | None  # the least headroom meeting the SLO target at any GPU cost
+    least_gpu_vs_static: float | None  # what that headroom costs against static peak
+
+
+# The oracle's headroom, finely where the GPU-hour target is decided: x1.00..x2.00 by 0.05, then coarser.
+REACH_HEADROOMS = (*(round(1 + 0.05 * i, 2) for i in range(21)), 2.25, 2.5, 3.0, 3.5, 4.0)
+GPU_TARGET = 0.75
+
+
+def reach(
+    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, static_gpu_hours: float, warmup: int, limit: float
+) -> Reach:
+    best: tuple[float, float] | None = None  # (pct, headroom) within the GPU target
+    least: tuple[float, float] | None = None  # (headroom, gpu ratio) meeting the SLO target
+    floor = 100.0
+    for h in REACH_HEADROOMS:
+        r = reactive_oracle(load, spec, model, h, warmup)
+        ratio = r.gpu_hours / static_gpu_hours
+        if h == 1.0:
+            floor = r.violation_pct
+        if ratio <= GPU_TARGET and (best is None or r.violation_pct < best[0]):
+            best = (r.violation_pct, h)
+        if least is None and r.violation_pct <= limit:
+            least = (h, ratio)
+    pct, headroom = best if best is not None else (math.inf, math.nan)
+    return Reach(
+        pct <= limit, pct, headroom, floor, None if least is None else least[0], None if least is None else least[1]
+    )
+
+
 def verdicts(
-    report: ReplayReport, flash: bool, rps_iso: tuple[float, PoolResult] | None = None
-) -> list[tuple[str, str, bool]]:
-    """PASS/FAIL per target, with the number each one is judged on."""
+    report: ReplayReport,
+    flash: bool,
+    rps_iso: tuple[float, PoolResult] | None = None,
+    reachable: Reach | None = None,
+) -> list[tuple[str, str, str]]:
+    """PASS/FAIL per target, with the number each one is judged on.
+
+    An SLO-minute miss is OUT OF REACH (not a failure) only when `reachable` says that the
+    reactive oracle, which knows the exact load and orders instantly, misses it too at every
+    headroom within the GPU-hour target; every other miss is a FAIL.
+    """
     pol, static, rps = (report.results[k] for k in (POLICY, STATIC_PEAK, HPA_RPS))
     ratio = pol.gpu_hours / static.gpu_hours
     limit = 3.0 if flash else 1.0
@@ -198,28 +255,54 @@ def verdicts(
         assert rps_iso is not None, "policy above RPS GPU-hours: pass rps_at_equal_gpu_hours()"
         ref = rps_iso[1]
         ref_note = f"RPS re-run at utilisation {rps_iso[0]:.2f} to spend >= the policy's GPU-hours"
+
+    def status(ok: bool) -> str:
+        return PASS if ok else FAIL
+
+    slo_text = (
+        f"{pol.slo_violation_minutes}/{pol.judged_minutes} = {pol.violation_pct:.2f}% (target <= {limit:g}%; "
+        f"warm-up {pol.warmup_violation_minutes} of {report.warmup_minutes} min)"
+    )
+    slo_status = status(pol.violation_pct <= limit)
+    # The RPS baseline is a reactive policy too: if it meets both targets, the target is reachable.
+    rps_meets = any(r.violation_pct <= limit and r.gpu_hours <= GPU_TARGET * static.gpu_hours for r in (rps, ref))
+    if slo_status == FAIL and reachable is not None and not reachable.reachable and not rps_meets:
+        slo_status = OUT_OF_REACH
+        least = (
+            "no headroom up to x4 meets it"
+            if reachable.least_headroom is None
+            else f"meeting it takes headroom x{reachable.least_headroom:g} = "
+            f"{reachable.least_gpu_vs_static:.3f} of static GPU-h"
+        )
+        best = (
+            f"even headroom x1 costs more than {GPU_TARGET} of static GPU-h"
+            if math.isinf(reachable.best_pct)
+            else f"its best within {GPU_TARGET} of static GPU-h is {reachable.best_pct:.2f}% "
+            f"(x{reachable.best_headroom:g})"
+        )
+        slo_text += (
+            f"; OUT OF REACH for a reactive policy: the reactive oracle's floor at x1 is {reachable.floor_pct:.2f}%, "
+            f"{best}, {least}; the RPS baselines miss it too"
+        )
     return [
         (
             "GPU-hours vs static peak",
-            f"{pol.gpu_hours:.2f}/{static.gpu_hours:.2f} = {ratio:.3f} (target <= 0.75)",
-            ratio <= 0.75,
+            f"{pol.gpu_hours:.2f}/{static.gpu_hours:.2f} = {ratio:.3f} (target <= {GPU_TARGET})",
+            status(ratio <= GPU_TARGET),
         ),
-        (
-            "SLO-violation minutes after warm-up",
-            f"{pol.slo_violation_minutes}/{pol.judged_minutes} = {pol.violation_pct:.2f}% (target <= {limit:g}%; "
-            f"warm-up {pol.warmup_violation_minutes} of {report.warmup_minutes} min)",
-            pol.violation_pct <= limit,
-        ),
+        ("SLO-violation minutes after warm-up", slo_text, slo_status),
         (
             "vs RPS baseline at equal or lower GPU-hours",
             f"{pol.slo_violation_minutes} vs {ref.slo_violation_minutes} violation min at {pol.gpu_hours:.2f} vs "
             f"{ref.gpu_hours:.2f} GPU-h ({ref_note}; never more passes)",
-            pol.slo_violation_minutes <= ref.slo_violation_minutes and pol.gpu_hours <= ref.gpu_hours * (1 + 1e-9),
+            status(
+                pol.slo_violation_minutes <= ref.slo_violation_minutes and pol.gpu_hours <= ref.gpu_hours * (1 + 1e-9)
+            ),
         ),
         (
             "direction changes/hour",
             f"{pol.direction_changes_per_hour:.2f} (target <= 4)",
-            pol.direction_changes_per_hour <= 4,
+            status(pol.direction_changes_per_hour <= 4),
         ),
     ]
 
@@ -303,7 +386,12 @@ def run_case(
     elapsed = time.perf_counter() - t0
     pol, rps, static = report.results[POLICY], report.results[HPA_RPS], report.results[STATIC_PEAK]
     rps_iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours) if pol.gpu_hours > rps.gpu_hours else None
-    checks = verdicts(report, sc.flash, rps_iso)
+    limit = 3.0 if sc.flash else 1.0
+    # The fine oracle sweep decides OUT OF REACH; it only runs when the policy misses the target.
+    reachable = None
+    if pol.violation_pct > limit:
+        reachable = reach(load, spec, model, static.gpu_hours, report.warmup_minutes, limit)
+    checks = verdicts(report, sc.flash, rps_iso, reachable)
     oracle = oracle_table(load, spec, model, static.gpu_hours, report.warmup_minutes)
     variants = {}
     for label, variant in (("panic on", with_panic(spec)), ("no SLO feedback", without_feedback(spec))):
@@ -317,7 +405,8 @@ def run_case(
     targets = [x for x in pol.effective_target_per_minute if x is not None]
     out = {
         **report.to_dict(timeline=False),
-        "checks": {k: {"value": v, "pass": ok} for k, v, ok in checks},
+        "checks": {k: {"value": v, "pass": st == PASS, "status": st} for k, v, st in checks},
+        "reach": None if reachable is None else reachable.__dict__,
         "reactive_oracle": oracle,
         "variants": variants,
         "effective_target": {"min": round(min(targets), 3), "mean": round(float(np.mean(targets)), 3)}
@@ -331,8 +420,8 @@ def run_case(
     if not quiet:
         print(f"\n=== {sc.name}, scale x{sc.scale:g}, mode {mode} (simulated in {elapsed:.1f}s) ===")
         print(report.to_table())
-        for k, v, ok in checks:
-            print(f"  [{'PASS' if ok else 'FAIL'}] {k}: {v}")
+        for k, v, st in checks:
+            print(f"  [{st}] {k}: {v}")
         if targets:
             print(f"  effective SM target: min {min(targets):.3f}, mean {np.mean(targets):.3f} (targetSmActive 0.6)")
         for label, v in variants.items():
@@ -340,7 +429,6 @@ def run_case(
                 f"  {label}: {v['gpu_vs_static']:.3f} of static GPU-h, {v['violation_minutes']} violation min "
                 f"({v['violation_pct']:.2f}%), {v['direction_changes_per_hour']:.2f} dir chg/h"
             )
-        limit = 3.0 if sc.flash else 1.0
         print(f"  reactive oracle (exact load, orders instantly, Ready {model.startup_seconds:g} s later):")
         for row in oracle:
             ok = row["violation_pct"] <= limit and row["gpu_vs_static"] <= 0.75
@@ -349,12 +437,12 @@ def run_case(
                 f"({row['violation_pct']:.2f}%), {row['gpu_vs_static']:.3f} of static GPU-h, "
                 f"{row['direction_changes_per_hour']:.2f} dir chg/h{'  <- meets SLO and GPU targets' if ok else ''}"
             )
-        if not any(r["violation_pct"] <= limit and r["gpu_vs_static"] <= 0.75 for r in oracle):
+        if reachable is not None and not reachable.reachable:
             print(
-                "  => no reactive policy in this sweep meets the SLO target at <= 0.75 of static GPU-hours: "
-                "out of reach without clairvoyance"
+                f"  => at no headroom x1..x4 (x1.00-x2.00 by 0.05) does the reactive oracle meet the SLO target at "
+                f"<= {GPU_TARGET} of static GPU-hours: out of reach without clairvoyance"
             )
-    return out, all(ok for _, _, ok in checks), report
+    return out, all(st != FAIL for _, _, st in checks), report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,12 +462,14 @@ def main(argv: list[str] | None = None) -> int:
         scenarios += [diurnal(flash=False, seed=7 + args.seed), diurnal(flash=True, seed=7 + args.seed)]
     out: dict[str, Any] = {"service_model": model.describe(), "scenarios": {}}
     all_pass = True
+    rows: list[tuple[str, dict[str, Any]]] = []
     plotted: tuple[ReplayReport, Scenario] | None = None
     for sc in scenarios:
         for mode in MODES:
             case, ok, report = run_case(sc, mode, spec, model, args.json)
             out["scenarios"][f"{sc.name} / {mode}"] = case
             all_pass &= ok
+            rows.append((f"{sc.name} / {mode}", case))
             if sc.name == "poisson-hour+flash" and mode == "independent":
                 plotted = (report, sc)
     if plotted is not None and args.plot:
@@ -395,7 +485,34 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nplot: {args.plot}")
     if args.json:
         print(json.dumps(out, indent=2))
+    else:
+        print_summary(rows)
+        print(
+            "\nverdict: "
+            + (
+                "every target met, or out of reach for any reactive policy (shown with the oracle above)"
+                if all_pass
+                else "FAIL: a target that a reactive policy can reach is missed"
+            )
+        )
     return 0 if all_pass else 1
+
+
+def print_summary(rows: list[tuple[str, dict[str, Any]]]) -> None:
+    """One line per scenario and mode: each target's number and status."""
+    print("\nsummary (status per target: GPU-h/static, SLO-violation % after warm-up, vs RPS, dir chg/h)")
+    print(f"{'scenario / mode':36s} {'GPU':>6s}      {'viol %':>7s}               {'pol vs RPS min':>14s}      dir/h")
+    for name, case in rows:
+        pol = case["policy"]
+        c = case["checks"]
+        ref = case["rps_equal_gpu"] or case["baselines"][HPA_RPS]
+        st = [c[k]["status"] for k in c]
+        gpu = pol["gpu_hours"] / case["baselines"][STATIC_PEAK]["gpu_hours"]
+        print(
+            f"{name:36s} {gpu:6.3f} {st[0]:4s} {pol['slo_violation_pct_after_warmup']:6.2f}% "
+            f"{st[1]:12s} {pol['slo_violation_minutes']:>4d} vs {ref['slo_violation_minutes']:<4d} {st[2]:4s}  "
+            f"{pol['direction_changes_per_hour']:5.2f} {st[3]}"
+        )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from gem_operator.autoscaling.replay import (
     Arrivals,
     LoadSeries,
     TraceError,
+    Window,
+    _observation,
     load_service,
     load_trace,
     main,
@@ -448,3 +450,26 @@ def test_replay_feeds_the_latency_to_the_policy(tmp_path: Path) -> None:
     # A lower target keeps more replicas and fewer minutes over the SLO.
     assert report.results[POLICY].mean_replicas > plain.results[POLICY].mean_replicas
     assert report.results[POLICY].slo_violation_minutes < plain.results[POLICY].slo_violation_minutes
+
+
+def test_each_pod_is_read_over_its_own_ready_seconds() -> None:
+    """A pod that became Ready at the sync has no sample; one Ready mid-interval is read over its seconds."""
+    m = ServiceModel()
+    pool = Pool(m)
+    start = m.startup_seconds
+    # Two pods Ready long ago, one Ready at t=10 (created 10 - start), one Ready exactly at t=15.
+    pool.created = [-start, -start, 10.0 - start, 15.0 - start]
+    sm = [0.9] * 10 + [0.3] * 5  # saturated before the third pod, lighter after
+    win = Window(sm=sm, requests=[300.0] * 15, ready=[2] * 10 + [3] * 5)
+    got = win.per_pod("sm", pool, 15.0, 0, 15)
+    assert len(got) == 4
+    assert got[0] == got[1] == pytest.approx((0.9 * 10 + 0.3 * 5) / 15)
+    assert got[2] == pytest.approx(0.3)  # only its own 5 Ready seconds
+    assert got[3] is None  # Ready at the sync: not reported with the pool's saturated SM
+    rps = win.per_pod("requests", pool, 15.0, 0, 15)
+    assert rps[0] == pytest.approx((150.0 * 10 + 100.0 * 5) / 15)  # requests shared by the pods Ready then
+    assert rps[2] == pytest.approx(100.0) and rps[3] is None
+    # The observation carries exactly the pods with a sample; the others count as missing.
+    obs = _observation(pool, 15.0, got, 1, None)
+    assert sorted(obs.metrics.samples) == ["pod-0", "pod-1", "pod-2"]
+    assert [p.serving for p in obs.pods] == [True, True, True, True]

@@ -81,9 +81,21 @@ def test_at_most_one_cut_per_interval_and_none_while_overloaded() -> None:
     assert d2.effective_target == pytest.approx(0.54)  # cut 15 s ago: held
     d3 = run(s, d2.state, obs([0.6] * 10, p99=55.0, now=NOW + 60), NOW + 60)
     assert d3.effective_target == pytest.approx(0.54 * 0.9)
-    # Pods still starting do not stop a cut (a ramp's shortfall is what the target must learn).
-    d4 = run(s, d3.state, obs([0.6] * 10, p99=55.0, loading=2, now=NOW + 120), NOW + 120)
-    assert d4.effective_target == pytest.approx(0.54 * 0.81)
+    # After a cut, the next one waits until the replica count it led to serves: the p99 has not
+    # seen that capacity (it serves a pod start later), so a cut now would learn the start-up lag.
+    ordered = d3.state.slo_cut_replicas
+    assert ordered is not None and ordered > 10
+    starting = run(s, d3.state, obs([0.6] * 10, p99=55.0, loading=ordered - 10, now=NOW + 120), NOW + 120)
+    assert starting.effective_target == pytest.approx(0.54 * 0.9)
+    assert starting.desired_replicas >= ordered  # and the pool still does not scale down
+    d4 = run(s, starting.state, obs([0.6] * ordered, p99=55.0, now=NOW + 135), NOW + 135)
+    assert d4.effective_target == pytest.approx(0.54 * 0.81)  # all Ready, still over: the next cut
+    # Pods added later (a rising load) do not hold it once the ordered count serves.
+    more = run(s, d4.state, obs([0.6] * d4.state.slo_cut_replicas, p99=55.0, loading=3, now=NOW + 200), NOW + 200)
+    assert more.effective_target == pytest.approx(0.54 * 0.729)
+    # The first cut does not wait for starting pods (nothing was cut yet to wait for).
+    first = run(s, ScalerState(), obs([0.6] * 10, p99=55.0, loading=2))
+    assert first.effective_target == pytest.approx(0.54)
     # Overloaded (queued work): the queue sizes the pool; the target is neither cut nor raised.
     queued = obs([0.95] * 10, p99=900.0, now=NOW + 200)
     queued = Observation(
@@ -114,11 +126,15 @@ def test_creeps_back_only_after_a_whole_window_well_under() -> None:
     s = spec(sloFeedback={"recoverSeconds": 300})
     state = ScalerState(effective_target=0.45)
     t = NOW
-    # Near the SLO (above 0.8 x 40 = 32 ms): holds, however long.
+    # Near the SLO (above 0.7 x 40 = 28 ms): never creeps back, however long (it is cut instead,
+    # down to the floor 0.3), and the creep-back clock does not run.
+    prev = 0.45
     for _ in range(30):
         d = run(s, state, obs([0.4] * 6, p99=35.0, now=t), t)
-        assert d.effective_target == pytest.approx(0.45)
-        state, t = d.state, t + 15
+        assert d.effective_target <= prev + 1e-12 and d.state.slo_good_since is None
+        prev, state, t = d.effective_target, d.state, t + 15
+    low = prev
+    assert low == pytest.approx(0.3)
     # Well under: after 300 s one step of 5 % of 0.6 = 0.03, then another whole window.
     seen = []
     for _ in range(45):
@@ -128,7 +144,74 @@ def test_creeps_back_only_after_a_whole_window_well_under() -> None:
     start = seen[0][0]
     for when, target in seen:
         steps = int((when - start) // 300)
-        assert target == pytest.approx(min(0.6, 0.45 + 0.03 * steps))
+        assert target == pytest.approx(min(0.6, low + 0.03 * steps))
+
+
+def test_near_the_slo_cuts_before_the_first_violation() -> None:
+    """The warm start: a pool whose p99 already uses most of the SLO has its target cut."""
+    s = spec()
+    # 10 pods at 0.6 (on target), p99 30 ms: over 0.7 x 40 = 28 ms, under the SLO.
+    d = run(s, ScalerState(), obs([0.6] * 10, p99=30.0))
+    assert d.effective_target == pytest.approx(0.54) and d.desired_replicas == 12
+    assert "near SLO" in d.message
+    # Not over the SLO: no scale-down hold starts, and a cut waits for the interval as above.
+    assert d.state.slo_last_over is None
+    again = run(s, d.state, obs([0.6] * 12, p99=30.0, now=NOW + 15), NOW + 15)
+    assert again.effective_target == pytest.approx(0.54)
+    # Below the target too: p99 does not fall as the load per pod rises, so at the target it would
+    # be nearer still.
+    below = run(s, ScalerState(), obs([0.45] * 10, p99=30.0))
+    assert below.effective_target == pytest.approx(0.54)
+    # Well under (<= 0.7 x 40 = 28 ms): no cut.
+    assert run(s, ScalerState(), obs([0.6] * 10, p99=27.0)).effective_target == pytest.approx(0.6)
+    # Without an SM reading nothing is cut either.
+    none = run(
+        s,
+        ScalerState(),
+        Observation(
+            current_replicas=2,
+            pods=[],
+            metrics=MetricReading.unavailable("x"),
+            latency=LatencyReading(p99_ms=30.0, timestamp=NOW - 5),
+        ),
+    )
+    assert none.effective_target == pytest.approx(0.6)
+
+
+def test_p99_off_its_floor_scales_up_without_the_tolerance_band() -> None:
+    """4 pods at SM 0.63 on a 0.6 target: ratio 1.05, inside HPA's 10 % band, needs ceil(4.2) = 5."""
+    s = spec(sloFeedback={"recoverBelow": 0.8})  # 22 ms is neither near nor over: the target stays 0.6
+    plain = run(s, ScalerState(), obs([0.63] * 4, p99=19.0))  # p99 under 0.5 x SLO: the band applies
+    assert plain.desired_replicas == 4 and plain.effective_target == pytest.approx(0.6)
+    eager = run(s, ScalerState(), obs([0.63] * 4, p99=22.0))  # over 0.5 x 40 = 20 ms
+    assert eager.desired_replicas == 5 and eager.effective_target == pytest.approx(0.6)
+    # Scale-down keeps its band: 4 pods at 0.56 (ratio 0.93) stay at 4 either way.
+    assert run(s, ScalerState(), obs([0.56] * 4, p99=22.0)).desired_replicas == 4
+    # No latency reading: today's SM path, the band applies.
+    assert desired_replicas(s, ScalerState(), obs([0.63] * 4), NOW).desired_replicas == 4
+    off = spec(sloFeedback={"recoverBelow": 0.8, "eagerScaleUpAbove": 1.0})
+    assert run(off, ScalerState(), obs([0.63] * 4, p99=22.0)).desired_replicas == 4
+
+
+def test_no_scale_down_for_the_hold_after_an_over_slo_p99() -> None:
+    s = spec(stabilizationSeconds={"down": 0}, sloFeedback={"scaleDownHoldSeconds": 300})
+    over = run(s, ScalerState(), obs([0.1] * 8, p99=48.0))
+    assert over.state.slo_last_over == NOW
+    # 100 s later the p99 is fine and the pods idle: still held.
+    held = run(s, over.state, obs([0.1] * 8, p99=20.0, now=NOW + 100), NOW + 100)
+    assert held.desired_replicas == 8
+    assert held.condition(SCALING_LIMITED).reason == "LatencyOverSlo"
+    assert "scaleDownHoldSeconds=300" in held.condition(SCALING_LIMITED).message
+    # Once the hold has run out it scales down.
+    later = run(s, held.state, obs([0.1] * 8, p99=20.0, now=NOW + 301), NOW + 301)
+    assert later.desired_replicas < 8
+    # Scale-up is never held.
+    up = run(s, over.state, obs([0.9] * 8, p99=20.0, now=NOW + 100), NOW + 100)
+    assert up.desired_replicas > 8
+    # A hold of 0 turns it off.
+    s0 = spec(stabilizationSeconds={"down": 0}, sloFeedback={"scaleDownHoldSeconds": 0})
+    d0 = run(s0, over.state, obs([0.1] * 8, p99=20.0, now=NOW + 100), NOW + 100)
+    assert d0.desired_replicas < 8
 
 
 def test_over_slo_blocks_scale_down() -> None:
@@ -167,9 +250,9 @@ def test_disabled_feedback_scales_on_target_sm_active() -> None:
 
 
 def test_learned_target_is_clamped_to_a_changed_spec() -> None:
-    d = run(spec(targetSmActive=0.5), ScalerState(effective_target=0.58), obs([0.5] * 4, p99=30.0))
+    d = run(spec(targetSmActive=0.5), ScalerState(effective_target=0.58), obs([0.5] * 4, p99=25.0))
     assert d.effective_target == pytest.approx(0.5)
-    d = run(spec(targetSmActive=0.9), ScalerState(effective_target=0.2), obs([0.5] * 4, p99=30.0))
+    d = run(spec(targetSmActive=0.9), ScalerState(effective_target=0.2), obs([0.5] * 4, p99=25.0))
     assert d.effective_target == pytest.approx(0.45)  # floor 0.5 x 0.9
 
 
@@ -219,13 +302,22 @@ def test_property_effective_target_bounded_falls_over_slo_never_rises_then(
         if p99 is not None and p99 > SLO:
             assert target <= prev + 1e-12  # never rises while over the SLO
             assert d.desired_replicas >= min(o.current_replicas, s.max_replicas)  # no scale-down
-            cut_due = state.slo_last_decrease is None or t - state.slo_last_decrease >= (
-                s.slo_feedback.decrease_interval_seconds
+            ordered = state.slo_cut_replicas
+            cut_due = state.slo_last_decrease is None or (
+                t - state.slo_last_decrease >= s.slo_feedback.decrease_interval_seconds
+                and (ordered is None or len(values) >= min(ordered, len(values) + loading))
             )
             if cut_due and max(values) < 0.9 and prev > floor + 1e-12:  # not saturated (no queue here)
                 assert target < prev  # it falls
+        elif p99 is not None and p99 > s.slo_feedback.recover_below * SLO:
+            pass  # near the SLO: may be cut (the warm start), never raised (asserted below)
         else:
-            assert target >= prev - 1e-12  # only the over-SLO branch cuts
+            assert target >= prev - 1e-12  # only the over-SLO and near-SLO branches cut
+        if p99 is not None and p99 > s.slo_feedback.recover_below * SLO:
+            assert target <= prev + 1e-12  # never rises near or over the SLO
+        last_over = state.slo_last_over if not (p99 is not None and p99 > SLO) else t
+        if last_over is not None and t - last_over < s.slo_feedback.scale_down_hold_seconds:
+            assert d.desired_replicas >= min(o.current_replicas, s.max_replicas)  # the hold after a miss
         if p99 is None:
             assert target == pytest.approx(prev)
         prev, state, t = target, d.state, t + 15
@@ -271,6 +363,8 @@ states = st.builds(
     slo_last_decrease=st.one_of(st.none(), st.floats(0, 1e9)),
     panic_until=st.one_of(st.none(), st.floats(0, 1e9)),
     backlog=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6))),
+    slo_last_over=st.one_of(st.none(), st.floats(0, 1e9)),
+    slo_cut_replicas=st.one_of(st.none(), st.integers(0, 10_000)),
 )
 
 
@@ -282,7 +376,16 @@ def test_property_state_round_trips_through_json(state: ScalerState) -> None:
     assert ScalerState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
 
 
-@pytest.mark.parametrize("bad", [{"effectiveTarget": "x"}, {"effectiveTarget": math.inf}, {"panicUntil": [1]}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"effectiveTarget": "x"},
+        {"effectiveTarget": math.inf},
+        {"panicUntil": [1]},
+        {"sloLastOver": "soon"},
+        {"sloCutReplicas": "many"},
+    ],
+)
 def test_malformed_state_is_forgotten_not_fatal(bad: dict[str, Any]) -> None:
     assert ScalerState.from_dict(bad) == ScalerState()
 
@@ -350,6 +453,8 @@ def test_property_no_scale_down_while_panicking(stable: list[float], short: floa
         ({"sloFeedback": {"decreasePercent": 0}}, "decreasePercent"),
         ({"sloFeedback": {"recoverBelow": 1.5}}, "recoverBelow"),
         ({"sloFeedback": {"recoverSeconds": 1}}, "recoverSeconds"),
+        ({"sloFeedback": {"scaleDownHoldSeconds": -1}}, "scaleDownHoldSeconds"),
+        ({"sloFeedback": {"eagerScaleUpAbove": 0}}, "eagerScaleUpAbove"),
         ({"panic": {"threshold": 1.0}}, "threshold"),
         ({"panic": {"windowSeconds": 0}}, "windowSeconds"),
         ({"metrics": {"latency": {"query": ""}}}, "query"),

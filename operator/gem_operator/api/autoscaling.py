@@ -176,12 +176,24 @@ class SloFeedback(ApiModel):
     promise. At every sync with a fresh latency reading:
 
     - p99 > SLO: the effective target drops by `decreasePercent` (at most once per
-      `decreaseIntervalSeconds`, and not while the pool is overloaded: queued work or saturated
-      SM, which the queue and saturation rules size), never below `minTargetFraction *
-      targetSmActive`. It never rises while p99 is over the SLO, and the pool does not scale down.
+      `decreaseIntervalSeconds`; after a cut not before the replica count it led to serves, since
+      the p99 has not seen the replicas it ordered; and not while the pool is overloaded:
+      queued work or saturated SM, which the queue and saturation rules size), never below `minTargetFraction *
+      targetSmActive`. It never rises while p99 is over the SLO, and the pool does not scale down
+      then nor for `scaleDownHoldSeconds` after the last over-SLO reading.
+    - p99 near the SLO (above `recoverBelow` * SLO): the same cut, before the first violation. A
+      pool whose p99 already uses most of the SLO has too little headroom for a ramp during pod
+      start-up or the next burst (and p99 does not fall as the load per pod rises, so below the
+      target this holds all the more); this is how the target is learned from the latency signal
+      before the SLO is missed (a cold start at `targetSmActive`).
     - p99 <= `recoverBelow` * SLO for a whole `recoverSeconds`: it creeps back by `recoverPercent`
       of targetSmActive, never above targetSmActive; each step needs another whole window.
-    - in between, or no fresh reading: it holds.
+    - no fresh reading: it holds.
+
+    While a fresh p99 is over `eagerScaleUpAbove` * SLO, scale-up ignores `tolerance.up` (any SM
+    ratio over 1 adds the replicas it rounds up to): the tolerance band keeps noise from moving the
+    pool, but once the p99 has left its floor, waiting for a 10 % excess costs a pod start on a
+    ramp (at a few replicas 10 % is most of a replica). Scale-down keeps its tolerance.
 
     The effective target is kept in status (`autoscaling.effectiveTargetSmActive` and the scaler
     state), so a restarted operator keeps what it learned.
@@ -206,13 +218,37 @@ class SloFeedback(ApiModel):
         description="At most one cut per this many seconds (the latency query's window: 1 min by default).",
     )
     recover_below: float = Field(
-        default=0.8, gt=0, le=1, description="p99 at or below this fraction of the SLO counts as well under it."
+        default=0.7,
+        gt=0,
+        le=1,
+        description=(
+            "p99 at or below this fraction of the SLO counts as well under it; above it (near the SLO) "
+            "the target is cut as over it."
+        ),
     )
     recover_seconds: int = Field(
         default=600, ge=15, le=86_400, description="p99 must stay well under the SLO this long before each creep back."
     )
     recover_percent: int = Field(
         default=5, ge=1, le=100, description="Step back toward targetSmActive, in percent of targetSmActive."
+    )
+    eager_scale_up_above: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description=(
+            "While p99 is over this fraction of the SLO, scale-up ignores tolerance.up (a replica is added as "
+            "soon as the SM ratio rounds up to it)."
+        ),
+    )
+    scale_down_hold_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description=(
+            "No scale-down for this long after the last p99 over the SLO (hysteresis: capacity bought for a "
+            "burst is not given back just before the next one)."
+        ),
     )
 
 
@@ -256,11 +292,14 @@ class AutoscalingSpec(ApiModel):
         default_factory=SloFeedback,
         description=(
             "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs: it "
-            "starts at targetSmActive; while p99 > SLO it drops decreasePercent (10 %) at most once per "
-            "decreaseIntervalSeconds (60 s), not while the pool is overloaded, never below minTargetFraction "
-            "(0.5) x targetSmActive, and the pool does not scale down; after recoverSeconds (600 s) with "
-            "p99 <= recoverBelow (0.8) x SLO it creeps back recoverPercent (5 %) of targetSmActive; otherwise "
-            "it holds. Reported as status.autoscaling.effectiveTargetSmActive."
+            "starts at targetSmActive; while p99 > recoverBelow (0.7) x SLO it drops decreasePercent (10 %) at "
+            "most once per decreaseIntervalSeconds (60 s) and only once the replicas the last cut led to serve, "
+            "not while the pool is overloaded, never below minTargetFraction "
+            "(0.5) x targetSmActive; the pool does not scale down while p99 > SLO nor for "
+            "scaleDownHoldSeconds (300 s) after; after recoverSeconds (600 s) with p99 <= recoverBelow x SLO "
+            "it creeps back recoverPercent (5 %) of targetSmActive; otherwise it holds. While p99 > "
+            "eagerScaleUpAbove (0.5) x SLO scale-up ignores tolerance.up. Reported as "
+            "status.autoscaling.effectiveTargetSmActive."
         ),
     )
     panic: PanicMode = Field(

@@ -5,11 +5,16 @@ by default) by the controller and, with simulated time, by the replay (and so by
 either). Steps, in order:
 
 0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
-   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, not
-   while the pool is overloaded, never below `minTargetFraction` = 0.5 of it) while the
-   observed p99 (`Observation.latency`) is over `spec.slo.p99LatencyMs`, and creeps back 5 % of
-   `targetSmActive` per 600 s with p99 <= 0.8 x SLO. It lives in `ScalerState`. Without a
-   latency reading it holds (a fresh state: exactly `targetSmActive`).
+   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, only
+   once the replicas the last cut led to serve, not while the pool is overloaded, never below
+   `minTargetFraction` = 0.5 of it) while the observed p99 (`Observation.latency`) is over
+   `spec.slo.p99LatencyMs` or near it (over `recoverBelow` = 0.7 x SLO: the warm start, learned
+   before the first miss), and creeps back 5 % of
+   `targetSmActive` per 600 s with p99 <= 0.7 x SLO. It lives in `ScalerState`. Without a
+   latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh p99 is over
+   `eagerScaleUpAbove` (0.5) x SLO, scale-up ignores the up tolerance band (step 1): a pool whose
+   p99 has left its floor adds the replica its SM ratio rounds up to at once instead of after a
+   10 % excess, which at a few replicas is most of a replica and, on a ramp, a pod start late.
 1. **Signal.** Only pods that are Ready *and* have finished loading the model count. Their
    fresh SM-active samples (younger than `metrics.staleAfterSeconds`) give the ratio
    `metric / target`. Inside the tolerance band (per direction) nothing changes. Above it,
@@ -41,7 +46,9 @@ either). Steps, in order:
    still waiting for a node).
    **Panic** (`panic.py`, `spec.autoscaling.panic`, off by default): when the short window's
    recommendation is >= 2x the Ready pods it is applied at once (no up window, no rate policy).
-   **No scale-down** while panicking or while a fresh p99 is over the SLO (`ScalingLimited`
+   **No scale-down** while panicking or while a fresh p99 is over the SLO, nor for
+   `sloFeedback.scaleDownHoldSeconds` (300 s) after the last over-SLO p99: hysteresis, so the
+   capacity a burst needed is not handed back just before the next one (`ScalingLimited`
    reasons `Panic` / `LatencyOverSlo`).
 7. **Bounds:** `minReplicas..maxReplicas`. A RankingService keeps its last replica (SM active
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero
@@ -209,9 +216,25 @@ def desired_replicas(
 
     held_target = effective_target(spec, state)
     sig = sm_signal(spec, obs, now, saturation, state.queue, target=held_target, last_backlog=state.backlog)
-    slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=sig.overloaded)
-    if slo.target != held_target:
-        sig = sm_signal(spec, obs, now, saturation, state.queue, target=slo.target, last_backlog=state.backlog)
+    slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=sig.overloaded, sm_active=sig.metric_value)
+    # A p99 already using part of the SLO: scale-up does not wait for the up tolerance band (at a
+    # few replicas 10 % is most of a replica, and the replica ordered late serves a pod start later).
+    eager = (
+        slo.p99_ms is not None
+        and slo_p99_ms is not None
+        and slo.p99_ms > spec.slo_feedback.eager_scale_up_above * slo_p99_ms
+    )
+    if slo.target != held_target or eager:
+        sig = sm_signal(
+            spec,
+            obs,
+            now,
+            saturation,
+            state.queue,
+            target=slo.target,
+            last_backlog=state.backlog,
+            tolerance_up=0.0 if eager else None,
+        )
     pan = panic_step(spec, state, obs, now, slo.target, saturation)
     signals: dict[str, float] = {}
     if sig.recommendation is not None:
@@ -338,9 +361,17 @@ def desired_replicas(
                     f"allow {gpu_cap} replicas (wanted {desired})",
                 )
                 desired = max(current, gpu_cap)
-    elif desired < current and not yielding and (pan.panicking or slo.over_slo):
-        # An over-SLO p99 or a panic blocks scale-down: the pool is short of capacity, not idle.
-        why = pan.message if pan.panicking else slo.message
+    elif desired < current and not yielding and (pan.panicking or slo.over_slo or slo.hold_down):
+        # An over-SLO p99 or a panic blocks scale-down: the pool is short of capacity, not idle. So
+        # does a recent over-SLO p99 (sloFeedback.scaleDownHoldSeconds): capacity a burst needed is
+        # not handed back just before the next burst.
+        if pan.panicking:
+            why = pan.message
+        elif slo.over_slo:
+            why = slo.message
+        else:
+            hold = spec.slo_feedback.scale_down_hold_seconds
+            why = f"p99 was over the SLO {now - (slo.last_over or now):.0f}s ago (scaleDownHoldSeconds={hold})"
         limited = (True, "Panic" if pan.panicking else "LatencyOverSlo", f"no scale-down (wanted {desired}): {why}")
         message += f"; no scale-down to {desired}"
         desired = current
@@ -397,6 +428,8 @@ def desired_replicas(
         slo_good_since=slo.good_since,
         slo_last_decrease=slo.last_decrease,
         panic_until=pan.until,
+        slo_last_over=slo.last_over,
+        slo_cut_replicas=desired if slo.last_decrease == now else state.slo_cut_replicas,
     )
     return Decision(
         desired_replicas=desired,

@@ -26,7 +26,9 @@ Every simulated second each pool serves the load through the service model
 same load:
 
 - `policy`: `policy.desired_replicas` with the RankingService's `spec.autoscaling`, fed the
-  mean SM active of each Ready pod over the last sync interval and, when `metrics.queue` is
+  mean SM active of each Ready pod over the seconds of the last sync interval it was Ready (a
+  pod that became Ready at the sync has no sample yet, as a scrape would show, rather than the
+  saturated SM of the pods that served the interval before it) and, when `metrics.queue` is
   enabled, the queued seconds of work per Ready pod at the sync (the server's queue gauge over
   its completion rate; in the model, the fluid queue over the Ready capacity). With
   `metrics.latency` enabled it also gets the pool's p99 over the last 60 s (the request-weighted
@@ -34,7 +36,8 @@ same load:
   `spec.slo`, so the SLO feedback runs as in the operator; with `panic` enabled, SM active over
   the panic window.
 - `hpa_rps`: the same HPA algorithm and settings (without the saturation rule, which is about
-  a bounded signal, and without the queue signal) fed requests/s per Ready pod -- the arrival
+  a bounded signal, and without the queue signal) fed requests/s per Ready pod (each pod's share
+  over the seconds it was Ready, read the same way) -- the arrival
   rate, a request count blind to request cost -- with the target set to what the SM target
   means in requests: `target utilisation * throughput_per_replica / cost per request`, the cost
   per request being the run's own mean (hindsight: the best fixed calibration for the trace).
@@ -93,6 +96,7 @@ class Window:
     sm: list[float]
     requests: list[float]
     p99: list[float] = field(default_factory=list)
+    ready: list[int] = field(default_factory=list)  # Ready pods in each second
 
     def p99_over(self, since: int, until: int) -> float | None:
         """Request-weighted p99 over [since, until): what `histogram_quantile(0.99, rate(...[1m]))` reads."""
@@ -107,22 +111,54 @@ class Window:
         part = seq[max(0, since) : until]
         return sum(part) / len(part) if part else 0.0
 
+    def per_pod(
+        self, which: Literal["sm", "requests"], pool: Pool, now: float, since: int, until: int
+    ) -> list[float | None]:
+        """Each Ready pod's own mean over [since, until): only the seconds it was Ready count.
+
+        What a per-pod scrape reads: a pod that became Ready at `now` has served no second yet and
+        has no sample (it is not reported with the saturated SM of the pods that served the
+        interval before it). SM active is the same for every Ready pod in a second; requests are
+        shared evenly among the pods Ready in that second.
+        """
+        ready_after = pool.model.startup_seconds
+        out: list[float | None] = []
+        cache: dict[int, float | None] = {}
+        for created in pool.created:
+            if now - created < ready_after:
+                continue
+            lo = max(since, 0, math.ceil(created + ready_after - 1e-9))
+            if lo not in cache:
+                if which == "sm":
+                    part = self.sm[lo:until]
+                else:
+                    part = [r / n for r, n in zip(self.requests[lo:until], self.ready[lo:until], strict=False) if n > 0]
+                cache[lo] = sum(part) / len(part) if part else None
+            out.append(cache[lo])
+        return out
+
+
+def _samples(pods: Sequence[PodState], values: Sequence[float | None] | None, now: float) -> dict[str, PodSample]:
+    """Per-pod samples of the serving pods, in order (None: that pod has no sample yet)."""
+    if values is None:
+        return {}
+    serving = [p for p in pods if p.serving]
+    return {p.name: PodSample(v, now) for p, v in zip(serving, values, strict=False) if v is not None}
+
 
 def _observation(
     pool: Pool,
     now: float,
-    per_pod: float | None,
+    per_pod: Sequence[float | None] | None,
     gpus: int,
     free_gpus: int | None,
     queue_seconds: float | None = None,
     latency: LatencyReading | None = None,
-    panic_per_pod: float | None = None,
+    panic_per_pod: Sequence[float | None] | None = None,
 ) -> Observation:
     ready = pool.ready_pods(now)
     pods = [PodState(name=f"pod-{i}", ready=r, model_loaded=r) for i, r in enumerate(ready)]
-    samples: dict[str, PodSample] = {}
-    if per_pod is not None:
-        samples = {p.name: PodSample(per_pod, now) for p in pods if p.serving}
+    samples = _samples(pods, per_pod, now)
     reading = MetricReading(samples=samples) if samples else MetricReading.unavailable("no Ready pods reporting")
     queue = None
     if queue_seconds is not None:
@@ -130,7 +166,7 @@ def _observation(
     free = None if free_gpus is None else max(0, free_gpus - len(pool.created) * gpus)
     panic = None
     if panic_per_pod is not None:
-        panic = MetricReading(samples={p.name: PodSample(panic_per_pod, now) for p in pods if p.serving})
+        panic = MetricReading(samples=_samples(pods, panic_per_pod, now))
     return Observation(
         current_replicas=len(pool.created),
         pods=pods,
@@ -206,7 +242,7 @@ def simulate(
         def decide(now: float, pool: Pool, win: Window) -> int:
             t = int(now)
             serving = pool.ready_count(now)
-            per_pod = win.mean("sm", t - sync_every, t) if serving else None
+            per_pod = win.per_pod("sm", pool, now, t - sync_every, t) if serving else None
             # The ranking server's queue gauge over its completion rate: seconds of queued work per
             # pod, as scraped at the sync (the fluid queue is spread evenly over the Ready pods).
             queue_s = pool.queue_seconds(now) if pa.metrics.queue.enabled else None
@@ -216,7 +252,7 @@ def simulate(
                 latency = LatencyReading(p99, now) if p99 is not None else LatencyReading.unavailable("no requests")
             panic = None
             if pa.panic.enabled and serving:
-                panic = win.mean("sm", t - pa.panic.window_seconds, t)
+                panic = win.per_pod("sm", pool, now, t - pa.panic.window_seconds, t)
             obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s, latency, panic)
             d = desired_replicas(pa, state_box[0], obs, now, slo_p99_ms=slo_ms)
             state_box[0] = d.state
@@ -244,8 +280,8 @@ def simulate(
             ready = pool.ready_count(now)
             per_pod = None
             if ready:
-                rps = win.mean("requests", t - rps_window, t) / ready
-                per_pod = rps / target_rps * a.target_sm_active
+                rps = win.per_pod("requests", pool, now, t - rps_window, t)
+                per_pod = [None if r is None else r / target_rps * a.target_sm_active for r in rps]
             obs = _observation(pool, now, per_pod, gpus, cluster_gpus)
             d = desired_replicas(a, state_box[0], obs, now, saturation=None)
             state_box[0] = d.state
@@ -305,7 +341,7 @@ def run_pool(
     """
     pool = Pool(model)
     pool.created = [-model.startup_seconds] * initial  # warm: ready at t=0
-    win = Window(sm=[], requests=reqs)
+    win = Window(sm=[], requests=reqs, ready=[])
     p99s: list[float] = []
     reps: list[int] = []
     events: list[tuple[float, int, int, str]] = []
@@ -317,6 +353,7 @@ def run_pool(
             if n != before:
                 pool.scale_to(n, now)
                 events.append((now, before, n, "up" if n > before else "down"))
+        win.ready.append(pool.ready_count(now))
         _, sm, p99 = pool.step(cost[t], now, 1.0)
         win.sm.append(sm)
         win.p99.append(p99)

@@ -51,9 +51,11 @@ def sm_signal(
     target: float | None = None,
     reading: MetricReading | None = None,
     last_backlog: tuple[float, float] | None = None,
+    tolerance_up: float | None = None,
 ) -> Signal:
     """The SM-active recommendation. `target` replaces `targetSmActive` (the SLO feedback's
-    effective target); `reading` replaces `obs.metrics` (the panic window's samples)."""
+    effective target); `reading` replaces `obs.metrics` (the panic window's samples);
+    `tolerance_up` replaces `tolerance.up` (0 while the p99 is above `eagerScaleUpAbove`)."""
     current = obs.current_replicas
     serving = [p.name for p in obs.pods if p.serving]
     reading = obs.metrics if reading is None else reading
@@ -128,31 +130,32 @@ def sm_signal(
 
     avg = usage / len(values)
     ratio = avg / target
-    tol = spec.tolerance
+    tol_up = spec.tolerance.up if tolerance_up is None else tolerance_up
+    tol_down = spec.tolerance.down
     note = f" ({missing} Ready pods without a fresh sample)" if missing else ""
     base = f"SM active {sm_avg:.2f} vs target {target:.2f} over {len(fresh)} Ready pods{note}"
     if queued or growth > 0:
         worst = max(queued.values(), default=0.0)
         base += f", queue up to {worst:.1f}s of work growing {growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
-    if ratio > 1 + tol.up + EPS:
+    if ratio > 1 + tol_up + EPS:
         # Missing pods count as idle: only scale up if the measured usage alone justifies it.
         want = ceil_(usage / target)
-        reason = "QueuedWork" if usage > sm_usage * (1 + tol.up) else "HighSmActive"
+        reason = "QueuedWork" if usage > sm_usage * (1 + tol_up) else "HighSmActive"
         if saturation is not None and target < saturation <= sm_avg and not missing and remember is None:
             # Saturated and no queue signal to say by how much: SM active cannot rise further, so
             # the ratio only bounds demand from below. Like a panic mode, ask for at least twice the
             # Ready pods (once per start-up wave: pods still loading count toward it).
             want = max(want, 2 * ready)
             reason = "SaturatedSmActive"
-        if usage / (ready * target) <= 1 + tol.up or want <= current:
+        if usage / (ready * target) <= 1 + tol_up or want <= current:
             return out(
                 Signal(current, "CapacityPending", base + "; capacity already sufficient or on its way", sm_avg, stamp)
             )
         return out(Signal(want, reason, f"{base}: {want} replicas", sm_avg, stamp))
-    if ratio < 1 - tol.down - EPS:
+    if ratio < 1 - tol_down - EPS:
         # Missing pods count as on target; pods still loading are kept.
         adj = (usage + missing * target) / (ready * target)
-        if adj >= 1 - tol.down:
+        if adj >= 1 - tol_down:
             return out(
                 Signal(current, "WithinTolerance", base + "; missing samples keep it in the band", sm_avg, stamp)
             )

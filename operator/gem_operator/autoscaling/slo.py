@@ -8,14 +8,25 @@ documented on `api.autoscaling.SloFeedback`):
 
 - **Over the SLO** (p99 > `p99LatencyMs`): cut by `decreasePercent` (10 %), at most once per
   `decreaseIntervalSeconds` (60 s, the default query's rate window, so one cut is judged on a p99
-  that could have seen it), and not while the pool is overloaded (queued work or saturated SM at
-  this sync: the queue and saturation rules size an overload, and a flash crowd says nothing about
-  the headroom a steady load needs). Never below
-  the floor `minTargetFraction * targetSmActive` (0.5). It never rises while over, and the policy
-  does not scale down while over.
-- **Well under** (p99 <= `recoverBelow` (0.8) * SLO) for a whole `recoverSeconds` (600 s): step
+  that could have seen it) and, after a cut, not before the replica count it led to serves (the
+  replicas it ordered serve only after a pod start and model load; cutting again each minute
+  meanwhile learns the start-up lag, not the headroom, and over-corrects), and not while the
+  pool is overloaded (queued work or saturated SM at this sync: the queue and saturation rules
+  size an overload, and a flash crowd says nothing about the headroom a steady load needs).
+  Never below the floor `minTargetFraction * targetSmActive` (0.5). It never rises while over, and the policy
+  does not scale down while over nor for `scaleDownHoldSeconds` (300 s) after the last over-SLO
+  reading (hysteresis: the capacity a burst needed is not handed back just before the next burst,
+  which on bursty traffic is a direction change per burst).
+- **Near the SLO** (p99 > `recoverBelow` (0.7) * SLO) with a usable SM reading: the same cut
+  (same interval and start-up rule), before any violation. The target starts at
+  `targetSmActive`, a guess; a pool whose p99 already uses most of the SLO has no headroom left
+  for a ramp while new pods start (minutes) or for the next burst, so the first violation would
+  come next. p99 does not fall as the load per pod rises, so a p99 near the SLO below the target
+  says the target is too high as well. This is the warm start: the target is learned from the
+  latency signal before the first miss, not only from misses.
+- **Well under** (p99 <= `recoverBelow` * SLO) for a whole `recoverSeconds` (600 s): step
   back up by `recoverPercent` (5 %) of `targetSmActive`, never above it; the window restarts.
-- **Between, or no fresh reading**: hold. An unavailable latency is never read as a low one.
+- **No fresh reading**: hold. An unavailable latency is never read as a low one.
 
 With no latency reading (`Observation.latency` None) and a fresh state, the effective target is
 `targetSmActive` exactly: the SM path behaves as it did without this feedback.
@@ -41,6 +52,8 @@ class SloStep:
     good_since: float | None
     last_decrease: float | None
     message: str = ""
+    last_over: float | None = None  # when a fresh p99 was last over the SLO
+    hold_down: bool = False  # within scaleDownHoldSeconds of the last over-SLO p99 (blocks scale-down)
 
 
 def target_bounds(spec: AutoscalingSpec) -> tuple[float, float]:
@@ -78,44 +91,65 @@ def slo_step(
     now: float,
     *,
     overloaded: bool = False,
+    sm_active: float | None = None,
 ) -> SloStep:
     """Advance the SLO feedback by one sync (see the module docstring for the rule).
 
     `overloaded`: the SM signal sees queued work or saturated pods at this sync. The queue and
     saturation rules size an overload; the target is about headroom at a load the pods serve, so
     an overload does not cut it (a flash crowd would otherwise teach it a lesson about bursts).
+    `sm_active`: the Ready pods' mean fresh SM active at this sync (None: no usable reading, and a
+    p99 near the SLO then cuts nothing).
     """
     fb = spec.slo_feedback
     floor, base = target_bounds(spec)
     current = effective_target(spec, state)
+    last_over = state.slo_last_over
     if not fb.enabled or slo_ms is None or obs.latency is None:
-        return SloStep(current, False, None, state.slo_good_since, state.slo_last_decrease)
+        return SloStep(current, False, None, state.slo_good_since, state.slo_last_decrease, last_over=last_over)
+    holding = last_over is not None and now - last_over < fb.scale_down_hold_seconds
     p99, why = fresh_p99(obs.latency, now, spec.metrics.stale_after_seconds)
     if p99 is None:
-        return SloStep(current, False, None, None, state.slo_last_decrease, f"{why}; SM target held at {current:.3f}")
+        msg = f"{why}; SM target held at {current:.3f}"
+        return SloStep(current, False, None, None, state.slo_last_decrease, msg, last_over, holding)
+    last = state.slo_last_decrease
+    # One cut is judged on a p99 that could have seen it: the interval (the query's window), and no
+    # further cut until the replicas the last cut ordered serve (`slo_cut_replicas`: they serve a
+    # pod start and model load later; cutting again meanwhile would learn the start-up lag, not the
+    # headroom). Pods added later for a rising load do not hold it.
+    ordered = state.slo_cut_replicas
+    serving = sum(1 for p in obs.pods if p.serving)
+    starting = ordered is not None and serving < min(ordered, obs.current_replicas)
+    due = last is None or (now - last >= fb.decrease_interval_seconds and not starting)
     if p99 > slo_ms:
-        last = state.slo_last_decrease
-        due = last is None or now - last >= fb.decrease_interval_seconds
         if due and not overloaded and current > floor:
             new = max(floor, current * (1 - fb.decrease_percent / 100))
             msg = f"p99 {p99:.1f} ms > SLO {slo_ms:g} ms: SM target {current:.3f} -> {new:.3f}"
-            return SloStep(new, True, p99, None, now, msg)
+            return SloStep(new, True, p99, None, now, msg, now, fb.scale_down_hold_seconds > 0)
         held = (
             "at its floor" if current <= floor else "overloaded: the queue sizes it" if overloaded else "cut recently"
         )
         msg = f"p99 {p99:.1f} ms > SLO {slo_ms:g} ms: SM target {current:.3f} ({held})"
-        return SloStep(current, True, p99, None, last, msg)
-    if p99 <= fb.recover_below * slo_ms:
-        since = state.slo_good_since if state.slo_good_since is not None else now
-        if current < base and now - since >= fb.recover_seconds:
-            new = min(base, current + base * fb.recover_percent / 100)
+        return SloStep(current, True, p99, None, last, msg, now, fb.scale_down_hold_seconds > 0)
+    if p99 > fb.recover_below * slo_ms:
+        if sm_active is not None and due and not overloaded and current > floor:
+            new = max(floor, current * (1 - fb.decrease_percent / 100))
             msg = (
-                f"p99 {p99:.1f} ms well under SLO {slo_ms:g} ms for {now - since:.0f}s: "
+                f"p99 {p99:.1f} ms near SLO {slo_ms:g} ms (SM active {sm_active:.2f}): "
                 f"SM target {current:.3f} -> {new:.3f}"
             )
-            return SloStep(new, False, p99, now, state.slo_last_decrease, msg)
-        return SloStep(current, False, p99, since, state.slo_last_decrease, f"p99 {p99:.1f} ms (SLO {slo_ms:g} ms)")
-    return SloStep(current, False, p99, None, state.slo_last_decrease, f"p99 {p99:.1f} ms near SLO {slo_ms:g} ms")
+            return SloStep(new, False, p99, None, now, msg, last_over, holding)
+        msg = f"p99 {p99:.1f} ms near SLO {slo_ms:g} ms"
+        return SloStep(current, False, p99, None, last, msg, last_over, holding)
+    since = state.slo_good_since if state.slo_good_since is not None else now
+    if current < base and now - since >= fb.recover_seconds:
+        new = min(base, current + base * fb.recover_percent / 100)
+        msg = (
+            f"p99 {p99:.1f} ms well under SLO {slo_ms:g} ms for {now - since:.0f}s: "
+            f"SM target {current:.3f} -> {new:.3f}"
+        )
+        return SloStep(new, False, p99, now, last, msg, last_over, holding)
+    return SloStep(current, False, p99, since, last, f"p99 {p99:.1f} ms (SLO {slo_ms:g} ms)", last_over, holding)
 
 
 __all__ = ["SloStep", "effective_target", "fresh_p99", "slo_step", "target_bounds"]

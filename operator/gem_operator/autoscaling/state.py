@@ -25,6 +25,9 @@ class ScalerState:
     slo_good_since: start of the current run of syncs with p99 well under the SLO (creep-back clock).
     slo_last_decrease: when the SLO feedback last cut the effective target.
     panic_until: panic mode lasts until this time (None: not panicking).
+    slo_last_over: when a fresh p99 was last over the SLO (the scale-down hold runs from it).
+    slo_cut_replicas: the replica count decided at the last cut; the next cut waits until that
+        many pods serve (or the pool is smaller).
     backlog: (time, total queued pod-seconds of the Ready pods) at the last sync with a queue
         reading; its change estimates the arrivals while pods drain a backlog.
     """
@@ -38,6 +41,8 @@ class ScalerState:
     slo_last_decrease: float | None = None
     panic_until: float | None = None
     backlog: tuple[float, float] | None = None
+    slo_last_over: float | None = None
+    slo_cut_replicas: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +55,8 @@ class ScalerState:
             "sloLastDecrease": self.slo_last_decrease,
             "panicUntil": self.panic_until,
             "backlog": None if self.backlog is None else list(self.backlog),
+            "sloLastOver": self.slo_last_over,
+            "sloCutReplicas": self.slo_cut_replicas,
         }
 
     @classmethod
@@ -73,6 +80,8 @@ class ScalerState:
                 slo_last_decrease=_opt(data.get("sloLastDecrease")),
                 panic_until=_opt(data.get("panicUntil")),
                 backlog=None if data.get("backlog") is None else (float(data["backlog"][0]), float(data["backlog"][1])),
+                slo_last_over=_opt(data.get("sloLastOver")),
+                slo_cut_replicas=None if data.get("sloCutReplicas") is None else int(data["sloCutReplicas"]),
             )
         except (TypeError, ValueError):
             return cls()

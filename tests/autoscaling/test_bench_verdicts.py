@@ -1,0 +1,91 @@
+"""The replay bench's verdicts: a miss is OUT OF REACH only when no reactive policy reaches the target."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from gem_operator.autoscaling.report import HPA_RPS, POLICY, STATIC_PEAK, PoolResult, ReplayReport
+from gem_operator.autoscaling.service_model import ServiceModel
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "autoscaling_replay.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("autoscaling_replay_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def pool(name: str, gpu_hours: float, violations: int, judged: int = 57, changes: float = 1.0) -> PoolResult:
+    return PoolResult(
+        name=name,
+        gpu_hours=gpu_hours,
+        slo_violation_minutes=violations,
+        direction_changes_per_hour=changes,
+        peak_replicas=1,
+        scaling_events=0,
+        mean_replicas=1.0,
+        replicas_per_minute=[],
+        p99_ms_per_minute=[],
+        sm_active_per_minute=[],
+        judged_minutes=judged,
+    )
+
+
+def report(pol: PoolResult, rps: PoolResult, static: float = 36.0) -> ReplayReport:
+    return ReplayReport(
+        duration_seconds=3600,
+        slo_ms=40.0,
+        service="s",
+        trace="t",
+        scale=1.0,
+        model=ServiceModel(),
+        load_per_minute=[1.0] * 60,
+        requests_per_minute=[1.0] * 60,
+        results={POLICY: pol, HPA_RPS: rps, STATIC_PEAK: pool(STATIC_PEAK, static, 0)},
+        warmup_minutes=3,
+    )
+
+
+def statuses(checks: list[tuple[str, str, str]]) -> dict[str, str]:
+    return {name: status for name, _, status in checks}
+
+
+def test_a_miss_the_oracle_cannot_reach_is_out_of_reach_not_a_pass(bench: Any) -> None:
+    r = report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 20.0, 3))  # 3/57 = 5.3 % > 3 %
+    out = bench.Reach(False, 3.51, 1.35, 5.26, 1.75, 0.867)
+    got = statuses(bench.verdicts(r, True, None, out))
+    assert got["SLO-violation minutes after warm-up"] == bench.OUT_OF_REACH
+    text = dict((k, v) for k, v, _ in bench.verdicts(r, True, None, out))["SLO-violation minutes after warm-up"]
+    assert "3.51%" in text and "x1.75" in text and "0.867" in text
+    # Without the oracle's answer, or when the oracle reaches it, the same miss is a FAIL.
+    assert statuses(bench.verdicts(r, True, None, None))["SLO-violation minutes after warm-up"] == bench.FAIL
+    reachable = bench.Reach(True, 1.75, 1.5, 5.26, 1.5, 0.7)
+    assert statuses(bench.verdicts(r, True, None, reachable))["SLO-violation minutes after warm-up"] == bench.FAIL
+
+
+def test_a_miss_an_rps_baseline_meets_is_a_fail(bench: Any) -> None:
+    # RPS meets 3 % (1/57) within 0.75 of static GPU-hours: the target is reachable whatever the oracle says.
+    r = report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 25.0, 1))
+    out = bench.Reach(False, 3.51, 1.35, 5.26, None, None)
+    got = statuses(bench.verdicts(r, True, None, out))
+    assert got["SLO-violation minutes after warm-up"] == bench.FAIL
+
+
+def test_more_violation_minutes_than_rps_is_always_a_fail(bench: Any) -> None:
+    r = report(pool(POLICY, 20.0, 4), pool(HPA_RPS, 20.0, 3))
+    out = bench.Reach(False, 3.51, 1.35, 5.26, 1.75, 0.867)
+    got = statuses(bench.verdicts(r, True, None, out))
+    assert got["vs RPS baseline at equal or lower GPU-hours"] == bench.FAIL
+    assert got["GPU-hours vs static peak"] == bench.PASS
+    assert got["direction changes/hour"] == bench.PASS
