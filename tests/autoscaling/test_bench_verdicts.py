@@ -89,3 +89,23 @@ def test_more_violation_minutes_than_rps_is_always_a_fail(bench: Any) -> None:
     assert got["vs RPS baseline at equal or lower GPU-hours"] == bench.FAIL
     assert got["GPU-hours vs static peak"] == bench.PASS
     assert got["direction changes/hour"] == bench.PASS
+
+
+@pytest.mark.parametrize(("policy_minutes", "status"), [(3, "PASS"), (4, "FAIL")])
+def test_rps_at_equal_gpu_hours_is_interpolated_between_the_runs_around_it(
+    bench: Any, policy_minutes: int, status: str
+) -> None:
+    # The policy spends 3.71 GPU-h, more than RPS at its default calibration (3.2). The re-runs
+    # bracket it: 4 minutes at 3.60 GPU-h, 2 minutes at 3.86; at 3.71 RPS has ~3.15 minutes.
+    r = report(pool(POLICY, 3.71, policy_minutes), pool(HPA_RPS, 3.2, 5), static=10.0)
+    iso = bench.RpsAtEqualGpu(3.71, (0.4, pool(HPA_RPS, 3.60, 4)), (0.45, pool(HPA_RPS, 3.86, 2)))
+    assert iso.violation_minutes() == pytest.approx(4 - 2 * 0.11 / 0.26)
+    checks = dict((k, (v, st)) for k, v, st in bench.verdicts(r, False, iso, None))
+    text, got = checks["vs RPS baseline at equal or lower GPU-hours"]
+    assert got == status
+    assert "3.60" in text and "3.86" in text and "interpolated" in text
+
+
+def test_rps_at_equal_gpu_hours_with_one_run_uses_it(bench: Any) -> None:
+    iso = bench.RpsAtEqualGpu(3.71, None, (0.05, pool(HPA_RPS, 3.9, 6)))
+    assert iso.violation_minutes() == 6.0
