@@ -1,7 +1,8 @@
 """`gemop loadtest`: autoscaling under replayed traffic, for real, on one machine.
 
     gemop loadtest --trace TRACE --service RKS.yaml [--minutes M] [--start-minute S] [--scale X]
-                   [--pools policy,static,hpa-rps] [--output table|json] [--plot FILE.png]
+                   [--pools policy,static,hpa-rps] [--origin-rate R] [--output table|json]
+                   [--plot FILE.png]
 
 For each pool, a fresh embedded cluster whose process kubelet runs the RankingService's pods as
 real ranking servers (``--device emulated:...`` in the service's ``workload.args``: an emulated
