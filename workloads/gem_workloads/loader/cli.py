@@ -25,6 +25,7 @@ from gem_workloads.loader.manifest import (
     parse_size,
 )
 from gem_workloads.loader.progress import MODES, make_reporter
+from gem_workloads.loader.rawhttp import RECEIVE_MODES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,6 +69,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write through the page cache (default: O_DIRECT where supported, saving ~1 CPU-s/GB)",
     )
+    pl.add_argument(
+        "--receive",
+        choices=RECEIVE_MODES,
+        default="socket",
+        help="socket (default): ranged GETs (S3/GCS via presigned URLs, HTTP, peers) read from the socket "
+        "straight into each stream's buffer; library: through obstore / aiohttp (also used automatically "
+        "behind a proxy or with credentials that cannot sign URLs)",
+    )
     pl.add_argument("--progress", choices=MODES, default="auto")
     pl.add_argument(
         "--termination-log",
@@ -99,7 +108,9 @@ def _int_arg(text: str, argument: str, lo: int, hi: int) -> int:
 def _pull(args: argparse.Namespace) -> int:
     from gem_workloads.loader.pull import PullConfig, pull
 
-    cfg = PullConfig(streams=_int_arg(args.streams, "--streams", 1, 512), direct_io=not args.no_direct_io)
+    cfg = PullConfig(
+        streams=_int_arg(args.streams, "--streams", 1, 512), direct_io=not args.no_direct_io, receive=args.receive
+    )
     if args.part_size is not None:
         cfg.request_size = check_part_size(parse_size(args.part_size, "--part-size"))
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]

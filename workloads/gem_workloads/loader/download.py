@@ -67,6 +67,9 @@ class PullConfig:
     direct_io: bool = True
     """Write aligned ranges with O_DIRECT where the filesystem allows it: the page-cache copy
     costs about 1 CPU-second per GB, as much as SHA-256, on nodes whose cores the GPUs need."""
+    receive: str = "socket"
+    """`socket`: ranged GETs read from the socket into the stream's buffer (rawhttp); `library`:
+    through obstore / aiohttp (sources.RECEIVE_MODES)."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -21,8 +22,12 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 
 from gem_workloads.loader.errors import ObjectChanged, SourceError, UsageError
+from gem_workloads.loader.rawhttp import RECEIVE_MODES, ConnectionPool, Response, proxied
 
 SCHEMES = ("s3", "gs", "http", "https", "file")
+SIGN_TTL_S = 3600
+"""Presigned URLs live an hour and are renewed ten minutes before they expire."""
+
 _STATUS = re.compile(r"status(?: code)?:?\s*(\d{3})\b", re.IGNORECASE)
 _PERMANENT = (
     "NotFoundError",
@@ -74,14 +79,16 @@ def check_uri(uri: str, argument: str) -> str:
     return uri
 
 
-def open_source(uri: str, streams: int = 16, argument: str = "SOURCE") -> Source:
+def open_source(uri: str, streams: int = 16, argument: str = "SOURCE", receive: str = "socket") -> Source:
     """Build the source for a model root URI (the directory holding the files)."""
     check_uri(uri, argument)
+    if receive not in RECEIVE_MODES:
+        raise UsageError(f"--receive: {receive!r} is not one of {', '.join(RECEIVE_MODES)}")
     scheme = urlsplit(uri).scheme.lower()
     if scheme in ("s3", "gs"):
-        return ObstoreSource(uri)
+        return ObstoreSource(uri, streams, socket_receive=receive == "socket")
     if scheme in ("http", "https"):
-        return HttpSource(uri, streams)
+        return HttpSource(uri, streams, socket_receive=receive == "socket")
     if scheme == "file":
         return LocalSource(Path(urlsplit(uri).path))
     return LocalSource(Path(uri))
@@ -153,12 +160,102 @@ def object_store(uri: str, *, own_retries: bool) -> Any:
     return GCSStore.from_url(uri, client_options=client, retry_config=retry)
 
 
-class ObstoreSource:
-    """S3 / GCS through obstore (Rust, one connection pool, ranged GETs with If-Match)."""
+def _version(value: str | None) -> str | None:
+    """An ETag compared without its quotes or weak prefix (servers and libraries differ there)."""
+    return value.removeprefix("W/").strip('"') if value else value
 
-    def __init__(self, uri: str) -> None:
+
+def range_check(where: str, info: ObjectInfo, start: int, end: int, etag_only: bool = False) -> Any:
+    """Refuse a response whose object is not the one we HEADed (ETag, size) or that ignored Range."""
+
+    def check(resp: Response) -> None:
+        h = resp.headers
+        etag = h.get("etag") if etag_only else h.get("etag") or h.get("last-modified")
+        if info.etag and etag and _version(etag) != _version(info.etag):
+            raise ObjectChanged(f"{where} changed at the source (ETag {info.etag} -> {etag})")
+        if resp.status == 206:
+            total = h.get("content-range", "").rpartition("/")[2]
+            if total.isdigit() and int(total) != info.size:
+                raise ObjectChanged(f"{where} changed at the source (size {info.size} -> {total})")
+        elif not (start == 0 and end == info.size):
+            raise SourceError(f"{where}: server ignored the Range header (status {resp.status})")
+
+    return check
+
+
+_XML_FIELD = re.compile(rb"<(Code|Message)>([^<]{0,300})</\1>")
+
+
+def _error_detail(body: bytes) -> str:
+    """`Code: Message` from an S3/GCS XML error body, when there is one."""
+    found = {k.decode(): v.decode("utf-8", "replace") for k, v in _XML_FIELD.findall(body[:4096])}
+    return ": ".join(found[k] for k in ("Code", "Message") if k in found)
+
+
+async def socket_range(
+    pool: ConnectionPool,
+    url: str,
+    headers: dict[str, str],
+    where: str,
+    start: int,
+    end: int,
+    info: ObjectInfo,
+    buf: memoryview | None,
+    etag_only: bool = False,
+) -> memoryview:
+    """One ranged GET through `pool`, its body read into `buf` (or a new buffer if none fits)."""
+    size = end - start
+    target = buf[:size] if buf is not None and len(buf) >= size else memoryview(bytearray(size))
+    headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity", **headers}
+    try:
+        resp, body = await pool.get(url, headers, target, range_check(where, info, start, end, etag_only))
+    except ObjectChanged:
+        raise
+    except SourceError as e:
+        raise SourceError(f"{where}: {e}", transient=e.transient, status=e.status) from None
+    if isinstance(body, bytes):
+        if resp.status == 412:
+            raise ObjectChanged(f"{where} changed at the source (precondition failed)")
+        detail = _error_detail(body)
+        word = "not found" if resp.status == 404 else f"HTTP {resp.status}"
+        transient = resp.status >= 500 or resp.status in (408, 429) or "expired" in detail.lower()
+        raise SourceError(f"{where}: {word}{' ' + detail if detail else ''}", transient=transient, status=resp.status)
+    if body != size:
+        raise SourceError(f"{where}: short read ({body} of {size} bytes)", transient=True)
+    return target
+
+
+class ObstoreSource:
+    """S3 / GCS through obstore: HEAD and small reads through its client; ranged GETs through
+    presigned URLs (obstore signs them) read into the stream's buffer by rawhttp, unless the
+    credentials cannot sign or a proxy is configured, where obstore's get is used."""
+
+    def __init__(self, uri: str, streams: int = 16, socket_receive: bool = True) -> None:
         self.name = uri
         self._store = object_store(uri, own_retries=False)
+        self._s3 = urlsplit(uri).scheme.lower() == "s3"
+        self._pool: ConnectionPool | None = ConnectionPool(streams) if socket_receive else None
+        self._signed: dict[str, tuple[str, float]] = {}
+
+    async def _presigned(self, path: str) -> str | None:
+        """A GET URL for `path`, signed once per file and hour; None when signing is not possible."""
+        hit = self._signed.get(path)
+        now = time.monotonic()
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        import obstore
+
+        try:
+            url = str(await obstore.sign_async(self._store, "GET", path, timedelta(seconds=SIGN_TTL_S)))
+        except Exception:
+            url = ""
+        if not url or proxied(url):
+            if self._pool is not None:
+                await self._pool.close()
+            self._pool = None  # obstore's get from now on
+            return None
+        self._signed[path] = (url, now + SIGN_TTL_S - 600)
+        return url
 
     async def head(self, path: str) -> ObjectInfo:
         import obstore
@@ -172,6 +269,18 @@ class ObstoreSource:
     async def read_range(
         self, path: str, start: int, end: int, info: ObjectInfo, buf: memoryview | None = None
     ) -> bytes | memoryview:
+        url = await self._presigned(path) if self._pool is not None else None
+        pool = self._pool  # None again if signing turned out impossible
+        if url is not None and pool is not None:
+            headers = {"If-Match": info.etag} if info.etag and self._s3 else {}
+            try:
+                return await socket_range(
+                    pool, url, headers, f"{self.name}/{path}", start, end, info, buf, etag_only=True
+                )
+            except SourceError as e:
+                if e.status == 403:
+                    self._signed.pop(path, None)  # expired or revoked: the retry signs afresh
+                raise
         import obstore
         from obstore.exceptions import PreconditionError
 
@@ -208,17 +317,21 @@ class ObstoreSource:
             raise classify(e, f"{self.name}/{path}") from None
 
     async def close(self) -> None:
-        return None
+        if self._pool is not None:
+            await self._pool.close()
 
 
 class HttpSource:
     """Any HTTP server that honours Range (nginx, a peer's `gem-load serve`, a CDN)."""
 
-    def __init__(self, base_url: str, streams: int = 16) -> None:
+    def __init__(self, base_url: str, streams: int = 16, socket_receive: bool = True) -> None:
         self.name = base_url
         self._base = base_url if base_url.endswith("/") else base_url + "/"
         self._streams = streams
         self._session: aiohttp.ClientSession | None = None
+        # Ranged GETs straight into the stream's buffer (rawhttp); aiohttp for HEAD, small reads,
+        # and everything when a proxy is configured.
+        self._pool = ConnectionPool(streams) if socket_receive and not proxied(self._base) else None
 
     def _client(self) -> aiohttp.ClientSession:
         # Created lazily so it binds to the running loop; exactly one connection per stream, so a
@@ -265,6 +378,8 @@ class HttpSource:
         self, path: str, start: int, end: int, info: ObjectInfo, buf: memoryview | None = None
     ) -> bytes | memoryview:
         url = self._url(path)
+        if self._pool is not None:
+            return await socket_range(self._pool, url, {}, url, start, end, info, buf)
         headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
         try:
             async with self._client().get(url, headers=headers) as resp:
@@ -316,6 +431,8 @@ class HttpSource:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._pool is not None:
+            await self._pool.close()
 
 
 def _raise_for_status(status: int, url: str) -> None:
