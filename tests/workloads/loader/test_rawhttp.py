@@ -66,7 +66,7 @@ def _odd_origin(body: bytes) -> web.Application:
         raise web.HTTPTemporaryRedirect("/chunked/x")
 
     async def truncated(request: web.Request) -> web.StreamResponse:
-        a, part = ranged(request)
+        _, part = ranged(request)
         resp = web.StreamResponse(status=206, headers={"Content-Length": str(len(part))})
         await resp.prepare(request)
         await resp.write(part[: len(part) // 2])

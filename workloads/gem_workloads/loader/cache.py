@@ -182,8 +182,8 @@ class NodeCache:
         for entry in manifest.files:
             with open(d / entry.path, "rb") as f:
                 for i in range(len(entry.parts)):
-                    if bad_parts(entry, ps, i, f.read(ps)):
-                        return f"{entry.path} part {i} does not match its SHA-256"
+                    if bad_parts(entry, ps, i, f.read(ps), manifest.algorithm):
+                        return f"{entry.path} part {i} does not match its {manifest.label}"
         return None
 
     def remove(self, digest: str) -> None:

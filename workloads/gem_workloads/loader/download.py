@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import errno
 import functools
-import hashlib
 import itertools
 import mmap
 import os
@@ -38,7 +37,7 @@ from typing import TypeVar
 
 from gem_workloads.loader.errors import DiskFullError, IntegrityError, ObjectChanged, SourceError
 from gem_workloads.loader.journal import JOURNAL_NAME, Journal
-from gem_workloads.loader.manifest import FileEntry, Manifest
+from gem_workloads.loader.manifest import FileEntry, Manifest, hasher
 from gem_workloads.loader.progress import Reporter
 from gem_workloads.loader.sources import ObjectInfo, Source
 
@@ -152,13 +151,16 @@ def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskF
     return DiskFullError(f"out of space writing {where}{extra}: {exc.strerror or exc}")
 
 
-def bad_parts(entry: FileEntry, part_size: int, first: int, data: bytes | memoryview) -> list[int]:
-    """Indices of parts in `data` (starting at part `first`) whose SHA-256 differs from the manifest."""
+def bad_parts(
+    entry: FileEntry, part_size: int, first: int, data: bytes | memoryview, algorithm: str = "sha256"
+) -> list[int]:
+    """Indices of parts in `data` (starting at part `first`) whose digest differs from the manifest."""
+    digest = hasher(algorithm)
     view = memoryview(data)
     bad: list[int] = []
     for i in range(first, first + (len(view) + part_size - 1) // part_size):
         off = (i - first) * part_size
-        if hashlib.sha256(view[off : off + part_size]).hexdigest() != entry.parts[i]:
+        if digest(view[off : off + part_size]) != entry.parts[i]:
             bad.append(i)
     return bad
 
@@ -178,13 +180,14 @@ def _verify_write(
     offset: int,
     aligned: bool,
     stage: memoryview | None = None,
+    algorithm: str = "sha256",
 ) -> list[int]:
     """Hash a range against the manifest and, only if every part matches, write it (one thread hop).
 
     A library's buffer (`aligned` false) is first copied into `stage`, the stream's page-aligned
     buffer, so it too goes to disk with O_DIRECT: a memcpy is about a tenth of the page-cache
     copy and the dirty-page writeback it replaces."""
-    bad = bad_parts(st.entry, part_size, first, data)
+    bad = bad_parts(st.entry, part_size, first, data, algorithm)
     if not bad:
         if not aligned and stage is not None and st.dfd is not None and len(stage) >= len(data):
             stage[: len(data)] = data
@@ -488,7 +491,9 @@ class Downloader:
                 # Our own page-aligned buffer (not a library's bytes) may go to disk with O_DIRECT.
                 aligned = buf is not None and isinstance(data, memoryview) and data.obj is buf.obj
                 try:
-                    bad = await asyncio.to_thread(_verify_write, st, ps, chunk.first, data, start, aligned, buf)
+                    bad = await asyncio.to_thread(
+                        _verify_write, st, ps, chunk.first, data, start, aligned, buf, self.manifest.algorithm
+                    )
                 except OSError as e:
                     if e.errno in FULL_ERRNOS:
                         raise disk_full(e, self.staging / chunk.path) from None
@@ -500,11 +505,11 @@ class Downloader:
                 a, b = entry.part_range(bad[0], ps)
                 where = f"{chunk.path} part {bad[0]} (bytes {a}-{b - 1}) from {src.name}"
                 if not is_origin:
-                    self._drop_source(idx, f"SHA-256 mismatch in {where}")
+                    self._drop_source(idx, f"{self.manifest.label} mismatch in {where}")
                     break
                 if attempt + 1 >= tries:
                     raise IntegrityError(
-                        f"SHA-256 mismatch in {where}: the origin's bytes differ from the manifest "
+                        f"{self.manifest.label} mismatch in {where}: the origin's bytes differ from the manifest "
                         f"(manifest {self.manifest.digest[:12]}); refusing to mark the model complete"
                     )
                 self.reporter.event("retry", what=f"checksum mismatch in {where}", attempt=attempt + 1)
@@ -552,7 +557,17 @@ class Downloader:
                 return
             if not g.failed:
                 try:
-                    bad = await asyncio.to_thread(_verify_write, st, ps, chunk.first, whole[: end - start], start, True)
+                    bad = await asyncio.to_thread(
+                        _verify_write,
+                        st,
+                        ps,
+                        chunk.first,
+                        whole[: end - start],
+                        start,
+                        True,
+                        None,
+                        self.manifest.algorithm,
+                    )
                 except OSError as e:
                     if e.errno in FULL_ERRNOS:
                         raise disk_full(e, self.staging / chunk.path) from None
