@@ -382,7 +382,7 @@ class Downloader:
         cost in steady state but a fresh process pays the kernel's compaction: measured worse.)"""
         if self.spare:
             return memoryview(self.spare.pop())
-        return memoryview(mmap.mmap(-1, self.parts_per_request * self.manifest.part_size))
+        return memoryview(mmap.mmap(-1, self.parts_per_request * self.manifest.part_size, flags=mmap.MAP_PRIVATE))
 
     def _give(self, buf: memoryview) -> None:
         assert isinstance(buf.obj, mmap.mmap)
