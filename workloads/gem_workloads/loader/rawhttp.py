@@ -7,17 +7,17 @@ copied into an aligned one and whose pages are faulted anew each time. Here each
 an asyncio BufferedProtocol whose buffer *is* the unread rest of the caller's range, so the
 transport's `recv_into` lands the bytes in place. SO_RCVLOWAT (plain TCP) makes the kernel
 report a socket readable only once 256 KiB are waiting, so a stream costs a few wake-ups per
-MiB instead of one per segment: on loopback behind a 20 MB/s-per-connection proxy, 32 streams,
-0.93 CPU-s/GB for the receive against 1.4-1.6 through obstore's get and 1.5-2.3 with a
-blocking thread per stream (the threads' context switches).
+MiB instead of one per segment. A slow origin, or a kernel that does not wake the reader, costs
+at most STALL_CHECK_S: the mark drops to one byte until bytes come again. Measured on loopback
+behind a 20 MB/s-per-connection proxy, 32 streams: 0.93 CPU-s/GB for the receive against
+1.4-1.6 through obstore's get and 1.5-2.3 with a blocking thread per stream (their context
+switches).
 
 The client speaks just what a ranged GET needs: HTTP/1.1 keep-alive, Content-Length, chunked and
 close-delimited bodies, redirects, TLS with the system's trust store; a pool keeps at most one
-connection per stream. A stream that makes no progress under SO_RCVLOWAT for a moment drops to
-a low-water mark of one byte (so a kernel that does not wake it cannot stall it), and one that
-makes none for READ_TIMEOUT_S fails, as a retryable transport error. Object stores reach it
-through presigned URLs (sources.py); a proxy from the environment sends a source back to its
-library client.
+connection per stream. A stream that makes no progress for READ_TIMEOUT_S fails, as a retryable
+transport error. Object stores reach it through presigned URLs (sources.py); a proxy from the
+environment sends a source back to its library client.
 """
 
 from __future__ import annotations
@@ -95,7 +95,6 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self._sock: Any = None  # plain TCP only (asyncio's TransportSocket): SO_RCVLOWAT does not suit TLS
         self._lowat = 1
-        self._lowat_ok = True
         self._head = bytearray(MAX_HEAD)
         self._hlen = 0
         self._scratch = bytearray(LOW_WATER)
@@ -193,7 +192,7 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def _set_lowat(self, n: int) -> None:
-        n = max(1, n) if self._lowat_ok else 1
+        n = max(1, n)
         if self._sock is not None and n != self._lowat:
             with contextlib.suppress(OSError):
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
@@ -261,8 +260,7 @@ class Connection(asyncio.BufferedProtocol):
             self._fail(TransportError(f"no bytes for {READ_TIMEOUT_S:.0f}s"))
             return
         if idle > STALL_CHECK_S and self._lowat > 1:
-            self._lowat_ok = False  # this connection reads with the default low-water mark from now on
-            self._set_lowat(1)
+            self._set_lowat(1)  # whatever is waiting is read now; the next bytes raise the mark again
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(STALL_CHECK_S, self._watch)
 
