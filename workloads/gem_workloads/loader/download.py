@@ -1,8 +1,9 @@
 """The download engine: many concurrent ranged GETs, each verified, then written in place.
 
 Why this shape: one object-store stream is far too slow for a TB-scale model, so every file
-is split into ranges fetched by N concurrent workers (one connection each). Each range is
-checked against the manifest's part hashes before it is written with pwrite into a
+is split into ranges fetched by N concurrent workers (one connection each), each received
+straight into the stream's reused page-aligned buffer (rawhttp). Each range is checked against
+the manifest's part hashes (BLAKE3 or SHA-256, as the manifest declares) before it is written with pwrite into a
 preallocated file (O_DIRECT for block-aligned ranges where the filesystem allows, to skip the
 page-cache copy), so a bad or hostile source can never plant bytes; a journal records each
 written part, so a killed pull resumes. Sources are tried in order (peers, then origin): a

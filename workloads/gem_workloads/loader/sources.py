@@ -1,4 +1,9 @@
-"""Where bytes come from: object stores (obstore), HTTP servers and peers (aiohttp), local paths.
+"""Where bytes come from: object stores (obstore), HTTP servers and peers, local paths.
+
+Ranged GETs from object stores and HTTP servers go through rawhttp (presigned URLs for S3/GCS),
+which reads each body straight into the stream's buffer; obstore and aiohttp do the rest (HEAD,
+the manifest) and everything under `--receive library`, behind a proxy, or with credentials that
+cannot sign URLs.
 
 Every source answers the same two questions - how big is this object and what is its version
 (ETag), and give me bytes [start, end) - so the puller can split, retry, verify and fall
