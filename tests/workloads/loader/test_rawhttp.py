@@ -202,3 +202,62 @@ def test_bad_receive_mode_names_the_option(tmp_path: Path, helpers: Any) -> None
         open_source("http://127.0.0.1:1/", receive="magic")
     out = helpers.cli("pull", str(tmp_path), str(tmp_path / "dst"), "--receive", "magic")
     assert out.returncode == 2 and "--receive" in out.stderr
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (openssl), for a TLS origin on loopback."""
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    argv = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
+    argv += ["-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    made = subprocess.run(argv, capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"openssl cannot make a test certificate: {made.stderr[-200:]!r}")
+    return key, cert
+
+
+@pytest.mark.servers
+async def test_tls_ranges_land_in_the_buffer(
+    tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch, self_signed: tuple[Path, Path]
+) -> None:
+    """HTTPS (the object stores' path): TLS records decrypted into the caller's buffer, the
+    certificate checked against the trust store (here a self-signed one put there for the test)."""
+    import ssl
+
+    key, cert = self_signed
+    src = helpers.make_model(tmp_path / "src", SIZES)
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(src / request.match_info["p"])
+
+    app = web.Application()
+    app.router.add_get("/{p:.+}", serve)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    port = helpers.free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ctx).start()
+    whole = (src / "model.bin").read_bytes()
+    info = ObjectInfo(size=len(whole), etag=None)
+    buf = memoryview(mmap.mmap(-1, 1 << 20))
+    try:
+        untrusted = HttpSource(f"https://127.0.0.1:{port}", streams=1)
+        try:
+            with pytest.raises(SourceError, match=r"cannot connect to 127\.0\.0\.1:\d+: .*certificate") as e:
+                await untrusted.read_range("model.bin", 0, 1000, info, buf)
+            assert not e.value.transient
+        finally:
+            await untrusted.close()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        source = HttpSource(f"https://127.0.0.1:{port}", streams=1)
+        try:
+            for a, b in [(0, 400_000), (400_000, 1_000_000)]:
+                got = await source.read_range("model.bin", a, b, info, buf)
+                assert isinstance(got, memoryview) and got.obj is buf.obj and bytes(got) == whole[a:b]
+        finally:
+            await source.close()
+    finally:
+        await runner.cleanup()

@@ -421,6 +421,8 @@ class ConnectionPool:
                 ),
                 CONNECT_TIMEOUT_S,
             )
+        except ssl.SSLCertVerificationError as e:  # a retry cannot help: say so at once
+            raise SourceError(f"cannot connect to {host}:{port}: {e.verify_message or e}", transient=False) from None
         except (OSError, TimeoutError) as e:
             raise TransportError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
         self._busy.add(conn)
