@@ -254,6 +254,7 @@ class Connection(asyncio.BufferedProtocol):
         """Every STALL_CHECK_S while a request is open: undo SO_RCVLOWAT if bytes are not coming,
         and fail the request after READ_TIMEOUT_S without progress."""
         if self._state == "idle" or self.broken:
+            self._timer = None
             return
         idle = time.monotonic() - self._progress
         if idle > READ_TIMEOUT_S:
@@ -265,6 +266,8 @@ class Connection(asyncio.BufferedProtocol):
         self._timer = loop.call_later(STALL_CHECK_S, self._watch)
 
     async def _wait(self) -> None:
+        if self.broken:  # failed while nobody waited (the server closed between two requests)
+            raise TransportError(self._closed_why())
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
         self._progress = time.monotonic()
@@ -286,10 +289,10 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- requests (the caller's task)
 
-    async def request(self, target: str, headers: dict[str, str]) -> Response:
+    async def request(self, target: str, headers: dict[str, str], method: str = "GET") -> Response:
         if self.broken or self.transport is None or self.transport.is_closing():
             raise TransportError("connection closed by the server")
-        lines = [f"GET {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+        lines = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
         self._hlen = 0
         self._set_lowat(1)
         self._state = "head"
@@ -343,6 +346,13 @@ class Connection(asyncio.BufferedProtocol):
         elif "close" in resp.headers.get("connection", "").lower():
             self.close()
         return body.pos
+
+    def no_body(self, resp: Response) -> None:
+        """After the response to a HEAD: nothing follows its head."""
+        if self._hlen or "close" in resp.headers.get("connection", "").lower():
+            self.close()  # the server closes it, or sent bytes after a HEAD's response
+        else:
+            self._idle()
 
     async def drain(self, resp: Response, limit: int = MAX_ERROR_BODY) -> bytes:
         """A small body (an error's, a redirect's) as bytes; a larger one closes the connection."""
@@ -436,9 +446,10 @@ class ConnectionPool:
             self._idle.setdefault(conn.key, []).append(conn)
 
     async def get(
-        self, url: str, headers: dict[str, str], buf: memoryview, check: Check
+        self, url: str, headers: dict[str, str], buf: memoryview, check: Check, method: str = "GET"
     ) -> tuple[Response, int | bytes]:
-        """The response and either the body's length (in `buf`) or, for a non-2xx, its first bytes."""
+        """The response and either the body's length (in `buf`) or, for a non-2xx, its first bytes.
+        `method` HEAD: no body is read (the length is 0, a non-2xx gives b"")."""
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
             scheme = parts.scheme.lower()
@@ -447,14 +458,20 @@ class ConnectionPool:
             try:
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 hdrs = {"Host": parts.netloc.rpartition("@")[2], **headers, "User-Agent": "gem-load"}
-                resp = await conn.request(target, hdrs)
+                resp = await conn.request(target, hdrs, method)
                 resp = Response(resp.status, resp.headers, url)
+                head_only = method == "HEAD"
+                if head_only:
+                    conn.no_body(resp)
                 if resp.status in (301, 302, 303, 307, 308) and "location" in resp.headers:
-                    await conn.drain(resp)
+                    if not head_only:
+                        await conn.drain(resp)
                     url = urljoin(url, resp.headers["location"])
                     continue
                 if resp.status not in (200, 206):
-                    return resp, await conn.drain(resp)
+                    return resp, b"" if head_only else await conn.drain(resp)
+                if head_only:
+                    return resp, 0
                 check(resp)
                 return resp, await conn.read_body(resp, buf)
             except BaseException:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import quote, urlsplit
 
 from gem_workloads.loader.errors import ObjectChanged, SourceError, UsageError
@@ -221,15 +221,59 @@ async def socket_range(
     except SourceError as e:
         raise SourceError(f"{where}: {e}", transient=e.transient, status=e.status) from None
     if isinstance(body, bytes):
-        if resp.status == 412:
-            raise ObjectChanged(f"{where} changed at the source (precondition failed)")
-        detail = _error_detail(body)
-        word = "not found" if resp.status == 404 else f"HTTP {resp.status}"
-        transient = resp.status >= 500 or resp.status in (408, 429) or "expired" in detail.lower()
-        raise SourceError(f"{where}: {word}{' ' + detail if detail else ''}", transient=transient, status=resp.status)
+        raise _status_error(where, resp, body)
     if body != size:
         raise SourceError(f"{where}: short read ({body} of {size} bytes)", transient=True)
     return target
+
+
+def _status_error(where: str, resp: Response, body: bytes) -> SourceError:
+    if resp.status == 412:
+        return ObjectChanged(f"{where} changed at the source (precondition failed)")
+    detail = _error_detail(body)
+    word = "not found" if resp.status == 404 else f"HTTP {resp.status}"
+    transient = resp.status >= 500 or resp.status in (408, 429) or "expired" in detail.lower()
+    return SourceError(f"{where}: {word}{' ' + detail if detail else ''}", transient=transient, status=resp.status)
+
+
+async def socket_head(
+    pool: ConnectionPool, url: str, where: str, etag_only: bool = False, by_get: str | None = None
+) -> ObjectInfo:
+    """Size and version by HEAD through `pool`; a server that refuses HEAD (403, 405, 501) is asked
+    for one byte with a ranged GET instead, at `by_get` (the URL a GET goes to)."""
+    try:
+        resp, _ = await pool.get(url, {"Accept-Encoding": "identity"}, memoryview(b""), _accept, method="HEAD")
+        h = resp.headers
+        if resp.status in (403, 405, 501) and by_get is not None:
+            one = memoryview(bytearray(1))
+            resp, body = await pool.get(by_get, {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, one, _accept)
+            if isinstance(body, bytes):
+                raise _status_error(where, resp, body)
+            h = resp.headers
+            total = h.get("content-range", "").rpartition("/")[2]
+            etag = h.get("etag") or h.get("last-modified")
+            if resp.status == 206 and total.isdigit():
+                return ObjectInfo(size=int(total), etag=etag)
+            if resp.status == 200 and h.get("content-length", "").isdigit():
+                return ObjectInfo(size=int(h["content-length"]), etag=etag)
+            raise SourceError(f"{where}: cannot tell the object's size (no HEAD, no Content-Range)")
+        if resp.status not in (200, 206):
+            raise _status_error(where, resp, b"")
+    except ObjectChanged:
+        raise
+    except SourceError as e:
+        if e.args and str(e).startswith(where):
+            raise
+        raise SourceError(f"{where}: {e}", transient=e.transient, status=e.status) from None
+    length = h.get("content-length")
+    if length is None or not length.isdigit():
+        raise SourceError(f"{where}: no Content-Length in HEAD response")
+    etag = h.get("etag") if etag_only else h.get("etag") or h.get("last-modified")
+    return ObjectInfo(size=int(length), etag=etag)
+
+
+def _accept(resp: Response) -> None:
+    return None
 
 
 class ObstoreSource:
@@ -242,18 +286,18 @@ class ObstoreSource:
         self._store = object_store(uri, own_retries=False)
         self._s3 = urlsplit(uri).scheme.lower() == "s3"
         self._pool: ConnectionPool | None = ConnectionPool(streams) if socket_receive else None
-        self._signed: dict[str, tuple[str, float]] = {}
+        self._signed: dict[tuple[str, str], tuple[str, float]] = {}
 
-    async def _presigned(self, path: str) -> str | None:
-        """A GET URL for `path`, signed once per file and hour; None when signing is not possible."""
-        hit = self._signed.get(path)
+    async def _presigned(self, path: str, method: Literal["GET", "HEAD"] = "GET") -> str | None:
+        """A URL for `method` on `path`, signed once per file and hour; None when signing is not possible."""
+        hit = self._signed.get((method, path))
         now = time.monotonic()
         if hit is not None and hit[1] > now:
             return hit[0]
         import obstore
 
         try:
-            url = str(await obstore.sign_async(self._store, "GET", path, timedelta(seconds=SIGN_TTL_S)))
+            url = str(await obstore.sign_async(self._store, method, path, timedelta(seconds=SIGN_TTL_S)))
         except Exception:
             url = ""
         if not url or proxied(url):
@@ -261,10 +305,19 @@ class ObstoreSource:
                 await self._pool.close()
             self._pool = None  # obstore's get from now on
             return None
-        self._signed[path] = (url, now + SIGN_TTL_S - 600)
+        self._signed[(method, path)] = (url, now + SIGN_TTL_S - 600)
         return url
 
     async def head(self, path: str) -> ObjectInfo:
+        url = await self._presigned(path, "HEAD") if self._pool is not None else None
+        pool = self._pool
+        if url is not None and pool is not None:  # on a stream's connection: no extra one opened
+            try:
+                return await socket_head(pool, url, f"{self.name}/{path}", etag_only=True)
+            except SourceError as e:
+                if e.status == 403:
+                    self._signed.pop(("HEAD", path), None)
+                raise
         import obstore
 
         try:
@@ -286,7 +339,7 @@ class ObstoreSource:
                 )
             except SourceError as e:
                 if e.status == 403:
-                    self._signed.pop(path, None)  # expired or revoked: the retry signs afresh
+                    self._signed.pop(("GET", path), None)  # expired or revoked: the retry signs afresh
                 raise
         import obstore
         from obstore.exceptions import PreconditionError
@@ -358,6 +411,8 @@ class HttpSource:
 
     async def head(self, path: str) -> ObjectInfo:
         url = self._url(path)
+        if self._pool is not None:
+            return await socket_head(self._pool, url, url, by_get=url)
         try:
             async with self._client().head(url, allow_redirects=True) as resp:
                 if resp.status in (403, 405, 501):
