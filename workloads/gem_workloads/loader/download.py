@@ -426,22 +426,30 @@ class Downloader:
                 delay *= 2
         raise AssertionError("unreachable")
 
-    async def _head(self, idx: int, path: str, attempts: int) -> ObjectInfo:
+    async def _head(self, idx: int, path: str, attempts: int, net: _Conn | None = None) -> ObjectInfo:
         """One HEAD per (source, file), shared by every stream that asks meanwhile: a HEAD per
-        stream would open connections beyond the N the puller promises."""
+        stream would open connections beyond the N the puller promises. The asker's connection
+        lock is held while it runs, so HEADs and GETs together never exceed N requests at once."""
         key = (idx, path)
         if key in self.heads:
             return self.heads[key]
         asking = self.head_calls.get(key)
         if asking is None:
             src = self.sources[idx][1]
-            call = functools.partial(src.head, path)
+            call = functools.partial(self._locked_head, net, src, path)
             asking = asyncio.ensure_future(self._retrying(call, attempts, f"HEAD {src.name} {path}"))
             self.head_calls[key] = asking
             asking.add_done_callback(lambda f: self.head_calls.pop(key) if self.head_calls.get(key) is f else None)
         info = await asyncio.shield(asking)
         self.heads[key] = info
         return info
+
+    @staticmethod
+    async def _locked_head(net: _Conn | None, src: Source, path: str) -> ObjectInfo:
+        if net is None:
+            return await src.head(path)
+        async with net.lock:
+            return await src.head(path)
 
     def _drop_source(self, idx: int, reason: str) -> None:
         if idx not in self.disabled:
@@ -464,7 +472,7 @@ class Downloader:
             data: bytes | memoryview | None = None
             for attempt in range(tries):
                 try:
-                    info = await self._head(idx, chunk.path, attempts)
+                    info = await self._head(idx, chunk.path, attempts, net)
                     if info.size != entry.size:
                         msg = f"{src.name}: {chunk.path} is {info.size} bytes, the manifest says {entry.size}"
                         if is_origin:
@@ -535,7 +543,7 @@ class Downloader:
                     raise SourceError(f"{chunk.path}: no source left")
                 kind, src = self.sources[idx]
                 attempts = self.cfg.max_attempts if idx == len(self.sources) - 1 else self.cfg.peer_attempts
-                info = await self._head(idx, chunk.path, attempts)
+                info = await self._head(idx, chunk.path, attempts, net)
                 if info.size != entry.size:
                     raise SourceError(f"{src.name}: {chunk.path} is {info.size} bytes, not {entry.size}")
                 data = await self._retrying(
