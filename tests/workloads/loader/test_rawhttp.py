@@ -261,3 +261,36 @@ async def test_tls_ranges_land_in_the_buffer(
             await source.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_stalled_body_times_out_as_a_transient_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that sends the head and a few bytes, then nothing: the request fails after the
+    read timeout (shortened here) with a retryable error, not a hang."""
+    from gem_workloads.loader import rawhttp
+
+    monkeypatch.setattr(rawhttp, "READ_TIMEOUT_S", 0.6)
+    monkeypatch.setattr(rawhttp, "STALL_CHECK_S", 0.1)
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 10)
+            done.wait(10)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    source = HttpSource(f"http://127.0.0.1:{port}", streams=1)
+    try:
+        info = ObjectInfo(size=1_000_000, etag=None)
+        with pytest.raises(SourceError, match=r"no bytes for 1s") as e:
+            await source.read_range("f", 0, 1_000_000, info, memoryview(bytearray(1_000_000)))
+        assert e.value.transient
+    finally:
+        done.set()
+        await source.close()
+        srv.close()
+        t.join(5)
