@@ -294,3 +294,39 @@ async def test_a_stalled_body_times_out_as_a_transient_error(monkeypatch: pytest
         await source.close()
         srv.close()
         t.join(5)
+
+
+@pytest.mark.servers
+async def test_endpoint_refusing_presigned_urls_falls_back_to_obstore(
+    tmp_path: Path, helpers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An S3-compatible endpoint that takes only header signatures: the first 403 to a presigned
+    request moves the source to obstore's own requests, and the pull completes."""
+    root = tmp_path / "s3root"
+    src = helpers.make_model(root / "bkt" / "gem", SIZES)
+    refused = {"n": 0}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if "X-Amz-Signature" in request.query:
+            refused["n"] += 1
+            return web.Response(status=403, text="<Error><Code>AccessDenied</Code><Message>no</Message></Error>")
+        return web.FileResponse(root / request.match_info["p"])
+
+    app = web.Application()
+    app.router.add_route("*", "/{p:.+}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = helpers.free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    for k, v in {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    try:
+        await pull("s3://bkt/gem", tmp_path / "dst", cfg=PullConfig(streams=2))
+        assert helpers.same_tree(src, tmp_path / "dst", list(SIZES)) and refused["n"] >= 1
+    finally:
+        await runner.cleanup()

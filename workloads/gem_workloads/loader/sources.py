@@ -301,12 +301,29 @@ class ObstoreSource:
         except Exception:
             url = ""
         if not url or proxied(url):
-            if self._pool is not None:
-                await self._pool.close()
-            self._pool = None  # obstore's get from now on
+            await self._to_library()
             return None
         self._signed[(method, path)] = (url, now + SIGN_TTL_S - 600)
         return url
+
+    async def _to_library(self) -> None:
+        """obstore's own requests from now on (no signing, a proxy, or an endpoint refusing
+        presigned URLs)."""
+        if self._pool is not None:
+            await self._pool.close()
+        self._pool = None
+
+    async def _refused(self, e: SourceError, method: str, path: str) -> bool:
+        """After a 400/403 to a presigned request: True when the same request through obstore's
+        header-signed client is worth trying (an endpoint that does not take query-string
+        signatures), which then stays the way for this source; an expired URL is re-signed."""
+        if e.status not in (400, 403):
+            return False
+        self._signed.pop((method, path), None)
+        if e.transient:  # "Request has expired": the retry signs afresh
+            return False
+        await self._to_library()
+        return True
 
     async def head(self, path: str) -> ObjectInfo:
         url = await self._presigned(path, "HEAD") if self._pool is not None else None
@@ -315,9 +332,8 @@ class ObstoreSource:
             try:
                 return await socket_head(pool, url, f"{self.name}/{path}", etag_only=True)
             except SourceError as e:
-                if e.status == 403:
-                    self._signed.pop(("HEAD", path), None)
-                raise
+                if not await self._refused(e, "HEAD", path):
+                    raise
         import obstore
 
         try:
@@ -338,9 +354,8 @@ class ObstoreSource:
                     pool, url, headers, f"{self.name}/{path}", start, end, info, buf, etag_only=True
                 )
             except SourceError as e:
-                if e.status == 403:
-                    self._signed.pop(("GET", path), None)  # expired or revoked: the retry signs afresh
-                raise
+                if not await self._refused(e, "GET", path):
+                    raise
         import obstore
         from obstore.exceptions import PreconditionError
 
