@@ -455,7 +455,12 @@ def main_run(args: argparse.Namespace) -> None:
         data = work / "data"
         names = make_model(data, size, args.files)
         manifest = build_manifest(data, args.part, workers=2, algorithm=args.algorithm)
-        one = Manifest(part_size=manifest.part_size, files=tuple(f for f in manifest.files if f.path == names[0]))
+        one = Manifest(
+            part_size=manifest.part_size,
+            files=tuple(f for f in manifest.files if f.path == names[0]),
+            version=manifest.version,
+            algorithm=manifest.algorithm,
+        )
         sizes = {f.path: f.size for f in manifest.files}
         hashes = {f: sha256_file(data / f) for f in names}
 
