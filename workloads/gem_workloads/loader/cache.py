@@ -19,6 +19,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import mmap
 import os
 import shutil
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gem_workloads.loader.download import (
+    DIRECT_ALIGN,
     FULL_ERRNOS,
     Downloader,
     PullConfig,
@@ -44,6 +46,7 @@ from gem_workloads.loader.sources import Source
 
 VERIFIED_NAME = ".gem-load-verified"
 COPY_CHUNK = 64 * 1024 * 1024
+DIRECT_CHUNK = 16 * 1024 * 1024
 
 
 CACHE_FALLBACK_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
@@ -182,8 +185,8 @@ class NodeCache:
         for entry in manifest.files:
             with open(d / entry.path, "rb") as f:
                 for i in range(len(entry.parts)):
-                    if bad_parts(entry, ps, i, f.read(ps)):
-                        return f"{entry.path} part {i} does not match its SHA-256"
+                    if bad_parts(entry, ps, i, f.read(ps), manifest.algorithm):
+                        return f"{entry.path} part {i} does not match its {manifest.label}"
         return None
 
     def remove(self, digest: str) -> None:
@@ -261,6 +264,50 @@ def _copy_range(src: Path, dst: Path, offset: int, length: int) -> None:
             done += n
 
 
+def _copy_direct(src: Path, dst: Path, size: int) -> bool:
+    """Copy with O_DIRECT writes straight from the source's page-cache pages (an mmap of the
+    entry): no second copy of the bytes in memory, no dirty pages for fsync to write back.
+    Measured on ext4 for 512 MB: 0.17-0.30 s and ~0.02 CPU-s, against 0.37-0.43 s and 0.2 CPU-s
+    for parallel copy_file_range and 0.37-2.1 s for `cat` + `sync`. False, with nothing
+    written, where the filesystem has no O_DIRECT (tmpfs, some network filesystems)."""
+    body = size // DIRECT_ALIGN * DIRECT_ALIGN
+    if not hasattr(os, "O_DIRECT") or body == 0:
+        return False
+    try:
+        dfd = os.open(dst, os.O_WRONLY | os.O_DIRECT)
+    except OSError:
+        return False
+    try:
+        with open(src, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
+            m.madvise(mmap.MADV_SEQUENTIAL)
+            view = memoryview(m)
+            try:
+                off = 0
+                while off < body:
+                    try:
+                        off += os.pwrite(dfd, view[off : min(off + DIRECT_CHUNK, body)], off)
+                    except OSError as e:
+                        if e.errno == errno.EINVAL and off == 0:
+                            return False  # opened, but refuses direct writes after all
+                        raise
+                if body < size:
+                    with open(dst, "r+b") as tail:
+                        tail.seek(body)
+                        tail.write(view[body:size])
+            finally:
+                view.release()
+    finally:
+        os.close(dfd)
+    return True
+
+
+def _copy_file(src: Path, dst: Path, size: int) -> None:
+    """One file of an entry: direct when possible, else in-kernel copy_file_range."""
+    if not _copy_direct(src, dst, size):
+        for off in range(0, size, COPY_CHUNK):
+            _copy_range(src, dst, off, min(COPY_CHUNK, size - off))
+
+
 def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -292,12 +339,14 @@ def materialize(entry_dir: Path, manifest: Manifest, staging: Path, threads: int
     """Put a cache entry into dest's staging dir.
 
     With `link`, hard links (instant; DEST shares the cache's read-only inodes, so it is for
-    consumers that never write to the model). Otherwise a copy: big files in parallel ranges,
-    in-kernel (copy_file_range), a few threads since the disk, not the CPU, is the limit.
+    consumers that never write to the model). Otherwise a copy, a file per thread, each written
+    with O_DIRECT from the entry's page-cache pages (`_copy_direct`) or, where the filesystem
+    has no O_DIRECT, in-kernel with copy_file_range; a few threads, since the disk, not the CPU,
+    is the limit. The entry is trusted by its verified marker and sizes (`NodeCache.check`), not
+    re-hashed, unless --verify-cache full.
     """
     if link and _link_all(entry_dir, manifest, staging):
         return
-    jobs: list[tuple[Path, Path, int, int]] = []
     try:
         for f in manifest.files:
             dst = staging / f.path
@@ -306,11 +355,9 @@ def materialize(entry_dir: Path, manifest: Manifest, staging: Path, threads: int
                 if f.size:
                     os.posix_fallocate(out.fileno(), 0, f.size)
                 out.truncate(f.size)
-            jobs.extend(
-                (entry_dir / f.path, dst, off, min(COPY_CHUNK, f.size - off)) for off in range(0, f.size, COPY_CHUNK)
-            )
+        big_first = sorted(manifest.files, key=lambda f: -f.size)
         with ThreadPoolExecutor(max_workers=max(1, min(threads, 8))) as pool:
-            for fut in [pool.submit(_copy_range, *job) for job in jobs]:
+            for fut in [pool.submit(_copy_file, entry_dir / f.path, staging / f.path, f.size) for f in big_first]:
                 fut.result()
             # Durable before the marker can be written: DEST may be a PVC that outlives a crash.
             list(pool.map(_fsync_path, [staging / f.path for f in manifest.files]))

@@ -1,8 +1,9 @@
 """The download engine: many concurrent ranged GETs, each verified, then written in place.
 
 Why this shape: one object-store stream is far too slow for a TB-scale model, so every file
-is split into ranges fetched by N concurrent workers (one connection each). Each range is
-checked against the manifest's part hashes before it is written with pwrite into a
+is split into ranges fetched by N concurrent workers (one connection each), each received
+straight into the stream's reused page-aligned buffer (rawhttp). Each range is checked against
+the manifest's part hashes (BLAKE3 or SHA-256, as the manifest declares) before it is written with pwrite into a
 preallocated file (O_DIRECT for block-aligned ranges where the filesystem allows, to skip the
 page-cache copy), so a bad or hostile source can never plant bytes; a journal records each
 written part, so a killed pull resumes. Sources are tried in order (peers, then origin): a
@@ -26,7 +27,6 @@ import asyncio
 import contextlib
 import errno
 import functools
-import hashlib
 import itertools
 import mmap
 import os
@@ -38,7 +38,7 @@ from typing import TypeVar
 
 from gem_workloads.loader.errors import DiskFullError, IntegrityError, ObjectChanged, SourceError
 from gem_workloads.loader.journal import JOURNAL_NAME, Journal
-from gem_workloads.loader.manifest import FileEntry, Manifest
+from gem_workloads.loader.manifest import FileEntry, Manifest, hasher
 from gem_workloads.loader.progress import Reporter
 from gem_workloads.loader.sources import ObjectInfo, Source
 
@@ -67,6 +67,9 @@ class PullConfig:
     direct_io: bool = True
     """Write aligned ranges with O_DIRECT where the filesystem allows it: the page-cache copy
     costs about 1 CPU-second per GB, as much as SHA-256, on nodes whose cores the GPUs need."""
+    receive: str = "socket"
+    """`socket`: ranged GETs read from the socket into the stream's buffer (rawhttp); `library`:
+    through obstore / aiohttp (sources.RECEIVE_MODES)."""
 
 
 @dataclass
@@ -149,13 +152,16 @@ def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskF
     return DiskFullError(f"out of space writing {where}{extra}: {exc.strerror or exc}")
 
 
-def bad_parts(entry: FileEntry, part_size: int, first: int, data: bytes | memoryview) -> list[int]:
-    """Indices of parts in `data` (starting at part `first`) whose SHA-256 differs from the manifest."""
+def bad_parts(
+    entry: FileEntry, part_size: int, first: int, data: bytes | memoryview, algorithm: str = "sha256"
+) -> list[int]:
+    """Indices of parts in `data` (starting at part `first`) whose digest differs from the manifest."""
+    digest = hasher(algorithm)
     view = memoryview(data)
     bad: list[int] = []
     for i in range(first, first + (len(view) + part_size - 1) // part_size):
         off = (i - first) * part_size
-        if hashlib.sha256(view[off : off + part_size]).hexdigest() != entry.parts[i]:
+        if digest(view[off : off + part_size]) != entry.parts[i]:
             bad.append(i)
     return bad
 
@@ -175,13 +181,14 @@ def _verify_write(
     offset: int,
     aligned: bool,
     stage: memoryview | None = None,
+    algorithm: str = "sha256",
 ) -> list[int]:
     """Hash a range against the manifest and, only if every part matches, write it (one thread hop).
 
     A library's buffer (`aligned` false) is first copied into `stage`, the stream's page-aligned
     buffer, so it too goes to disk with O_DIRECT: a memcpy is about a tenth of the page-cache
     copy and the dirty-page writeback it replaces."""
-    bad = bad_parts(st.entry, part_size, first, data)
+    bad = bad_parts(st.entry, part_size, first, data, algorithm)
     if not bad:
         if not aligned and stage is not None and st.dfd is not None and len(stage) >= len(data):
             stage[: len(data)] = data
@@ -376,7 +383,7 @@ class Downloader:
         cost in steady state but a fresh process pays the kernel's compaction: measured worse.)"""
         if self.spare:
             return memoryview(self.spare.pop())
-        return memoryview(mmap.mmap(-1, self.parts_per_request * self.manifest.part_size))
+        return memoryview(mmap.mmap(-1, self.parts_per_request * self.manifest.part_size, flags=mmap.MAP_PRIVATE))
 
     def _give(self, buf: memoryview) -> None:
         assert isinstance(buf.obj, mmap.mmap)
@@ -419,22 +426,30 @@ class Downloader:
                 delay *= 2
         raise AssertionError("unreachable")
 
-    async def _head(self, idx: int, path: str, attempts: int) -> ObjectInfo:
+    async def _head(self, idx: int, path: str, attempts: int, net: _Conn | None = None) -> ObjectInfo:
         """One HEAD per (source, file), shared by every stream that asks meanwhile: a HEAD per
-        stream would open connections beyond the N the puller promises."""
+        stream would open connections beyond the N the puller promises. The asker's connection
+        lock is held while it runs, so HEADs and GETs together never exceed N requests at once."""
         key = (idx, path)
         if key in self.heads:
             return self.heads[key]
         asking = self.head_calls.get(key)
         if asking is None:
             src = self.sources[idx][1]
-            call = functools.partial(src.head, path)
+            call = functools.partial(self._locked_head, net, src, path)
             asking = asyncio.ensure_future(self._retrying(call, attempts, f"HEAD {src.name} {path}"))
             self.head_calls[key] = asking
             asking.add_done_callback(lambda f: self.head_calls.pop(key) if self.head_calls.get(key) is f else None)
         info = await asyncio.shield(asking)
         self.heads[key] = info
         return info
+
+    @staticmethod
+    async def _locked_head(net: _Conn | None, src: Source, path: str) -> ObjectInfo:
+        if net is None:
+            return await src.head(path)
+        async with net.lock:
+            return await src.head(path)
 
     def _drop_source(self, idx: int, reason: str) -> None:
         if idx not in self.disabled:
@@ -457,7 +472,7 @@ class Downloader:
             data: bytes | memoryview | None = None
             for attempt in range(tries):
                 try:
-                    info = await self._head(idx, chunk.path, attempts)
+                    info = await self._head(idx, chunk.path, attempts, net)
                     if info.size != entry.size:
                         msg = f"{src.name}: {chunk.path} is {info.size} bytes, the manifest says {entry.size}"
                         if is_origin:
@@ -485,7 +500,9 @@ class Downloader:
                 # Our own page-aligned buffer (not a library's bytes) may go to disk with O_DIRECT.
                 aligned = buf is not None and isinstance(data, memoryview) and data.obj is buf.obj
                 try:
-                    bad = await asyncio.to_thread(_verify_write, st, ps, chunk.first, data, start, aligned, buf)
+                    bad = await asyncio.to_thread(
+                        _verify_write, st, ps, chunk.first, data, start, aligned, buf, self.manifest.algorithm
+                    )
                 except OSError as e:
                     if e.errno in FULL_ERRNOS:
                         raise disk_full(e, self.staging / chunk.path) from None
@@ -497,11 +514,11 @@ class Downloader:
                 a, b = entry.part_range(bad[0], ps)
                 where = f"{chunk.path} part {bad[0]} (bytes {a}-{b - 1}) from {src.name}"
                 if not is_origin:
-                    self._drop_source(idx, f"SHA-256 mismatch in {where}")
+                    self._drop_source(idx, f"{self.manifest.label} mismatch in {where}")
                     break
                 if attempt + 1 >= tries:
                     raise IntegrityError(
-                        f"SHA-256 mismatch in {where}: the origin's bytes differ from the manifest "
+                        f"{self.manifest.label} mismatch in {where}: the origin's bytes differ from the manifest "
                         f"(manifest {self.manifest.digest[:12]}); refusing to mark the model complete"
                     )
                 self.reporter.event("retry", what=f"checksum mismatch in {where}", attempt=attempt + 1)
@@ -526,7 +543,7 @@ class Downloader:
                     raise SourceError(f"{chunk.path}: no source left")
                 kind, src = self.sources[idx]
                 attempts = self.cfg.max_attempts if idx == len(self.sources) - 1 else self.cfg.peer_attempts
-                info = await self._head(idx, chunk.path, attempts)
+                info = await self._head(idx, chunk.path, attempts, net)
                 if info.size != entry.size:
                     raise SourceError(f"{src.name}: {chunk.path} is {info.size} bytes, not {entry.size}")
                 data = await self._retrying(
@@ -549,7 +566,17 @@ class Downloader:
                 return
             if not g.failed:
                 try:
-                    bad = await asyncio.to_thread(_verify_write, st, ps, chunk.first, whole[: end - start], start, True)
+                    bad = await asyncio.to_thread(
+                        _verify_write,
+                        st,
+                        ps,
+                        chunk.first,
+                        whole[: end - start],
+                        start,
+                        True,
+                        None,
+                        self.manifest.algorithm,
+                    )
                 except OSError as e:
                     if e.errno in FULL_ERRNOS:
                         raise disk_full(e, self.staging / chunk.path) from None

@@ -1,7 +1,7 @@
 """The pull journal: which parts are already written and verified, so a restarted pull skips them.
 
 It is an append-only JSON-lines file next to the partial files. A part is recorded only after
-its bytes passed the manifest's SHA-256 and were written with pwrite, so a killed process
+its bytes passed the manifest's part digest and were written with pwrite, so a killed process
 loses at most the parts in flight. The first line binds the journal to one manifest digest;
 a journal for another manifest is discarded rather than trusted. A torn last line (the
 process died mid-write) is ignored.

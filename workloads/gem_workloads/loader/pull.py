@@ -115,13 +115,14 @@ async def load_manifest(source: str, manifest_uri: str | None, cfg: PullConfig |
         raise ManifestError(f"--manifest: {uri}: {e}") from None
 
 
-def peer_sources(peers: list[str], digest: str, streams: int) -> list[tuple[str, Source]]:
+def peer_sources(peers: list[str], digest: str, streams: int, receive: str = "socket") -> list[tuple[str, Source]]:
     out: list[tuple[str, Source]] = []
     for p in peers:
         check_uri(p, "--peers")
         if not p.startswith(("http://", "https://")):
             raise UsageError(f"--peers: {p!r} is not an http(s):// URL")
-        out.append(("peer", HttpSource(f"{p.rstrip('/')}/models/{digest}/", streams)))
+        base = f"{p.rstrip('/')}/models/{digest}/"
+        out.append(("peer", HttpSource(base, streams, socket_receive=receive == "socket")))
     return out
 
 
@@ -167,8 +168,8 @@ async def pull(
         return summary
     clear_marker(dest)
     sources = [
-        *peer_sources(peers or [], manifest.digest, cfg.streams),
-        ("origin", open_source(source, cfg.streams)),
+        *peer_sources(peers or [], manifest.digest, cfg.streams, cfg.receive),
+        ("origin", open_source(source, cfg.streams, receive=cfg.receive)),
     ]
     try:
         stats: PullStats | None = None

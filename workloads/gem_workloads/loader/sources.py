@@ -1,4 +1,9 @@
-"""Where bytes come from: object stores (obstore), HTTP servers and peers (aiohttp), local paths.
+"""Where bytes come from: object stores (obstore), HTTP servers and peers, local paths.
+
+Ranged GETs from object stores and HTTP servers go through rawhttp (presigned URLs for S3/GCS),
+which reads each body straight into the stream's buffer; obstore and aiohttp do the rest (HEAD,
+the manifest) and everything under `--receive library`, behind a proxy, or with credentials that
+cannot sign URLs.
 
 Every source answers the same two questions - how big is this object and what is its version
 (ETag), and give me bytes [start, end) - so the puller can split, retry, verify and fall
@@ -12,17 +17,23 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import quote, urlsplit
 
-import aiohttp
-
 from gem_workloads.loader.errors import ObjectChanged, SourceError, UsageError
+from gem_workloads.loader.rawhttp import RECEIVE_MODES, ConnectionPool, Response, proxied
+
+if TYPE_CHECKING:  # imported where used: a pull from S3 or a warm cache never loads aiohttp (~0.2 s)
+    import aiohttp
 
 SCHEMES = ("s3", "gs", "http", "https", "file")
+SIGN_TTL_S = 3600
+"""Presigned URLs live an hour and are renewed ten minutes before they expire."""
+
 _STATUS = re.compile(r"status(?: code)?:?\s*(\d{3})\b", re.IGNORECASE)
 _PERMANENT = (
     "NotFoundError",
@@ -74,14 +85,16 @@ def check_uri(uri: str, argument: str) -> str:
     return uri
 
 
-def open_source(uri: str, streams: int = 16, argument: str = "SOURCE") -> Source:
+def open_source(uri: str, streams: int = 16, argument: str = "SOURCE", receive: str = "socket") -> Source:
     """Build the source for a model root URI (the directory holding the files)."""
     check_uri(uri, argument)
+    if receive not in RECEIVE_MODES:
+        raise UsageError(f"--receive: {receive!r} is not one of {', '.join(RECEIVE_MODES)}")
     scheme = urlsplit(uri).scheme.lower()
     if scheme in ("s3", "gs"):
-        return ObstoreSource(uri)
+        return ObstoreSource(uri, streams, socket_receive=receive == "socket")
     if scheme in ("http", "https"):
-        return HttpSource(uri, streams)
+        return HttpSource(uri, streams, socket_receive=receive == "socket")
     if scheme == "file":
         return LocalSource(Path(urlsplit(uri).path))
     return LocalSource(Path(uri))
@@ -115,8 +128,9 @@ def classify(exc: BaseException, where: str) -> SourceError:
     name = type(exc).__name__
     text = f"{name}: {exc}"
     status: int | None = None
-    if isinstance(exc, aiohttp.ClientResponseError):
-        status = exc.status
+    code = getattr(exc, "status", None)
+    if name == "ClientResponseError" and isinstance(code, int):  # aiohttp's, without importing it
+        status = code
     elif m := _STATUS.search(text):
         status = int(m.group(1))
     if name in _PERMANENT:
@@ -153,14 +167,173 @@ def object_store(uri: str, *, own_retries: bool) -> Any:
     return GCSStore.from_url(uri, client_options=client, retry_config=retry)
 
 
-class ObstoreSource:
-    """S3 / GCS through obstore (Rust, one connection pool, ranged GETs with If-Match)."""
+def _version(value: str | None) -> str | None:
+    """An ETag compared without its quotes or weak prefix (servers and libraries differ there)."""
+    return value.removeprefix("W/").strip('"') if value else value
 
-    def __init__(self, uri: str) -> None:
+
+def range_check(where: str, info: ObjectInfo, start: int, end: int, etag_only: bool = False) -> Any:
+    """Refuse a response whose object is not the one we HEADed (ETag, size) or that ignored Range."""
+
+    def check(resp: Response) -> None:
+        h = resp.headers
+        etag = h.get("etag") if etag_only else h.get("etag") or h.get("last-modified")
+        if info.etag and etag and _version(etag) != _version(info.etag):
+            raise ObjectChanged(f"{where} changed at the source (ETag {info.etag} -> {etag})")
+        if resp.status == 206:
+            total = h.get("content-range", "").rpartition("/")[2]
+            if total.isdigit() and int(total) != info.size:
+                raise ObjectChanged(f"{where} changed at the source (size {info.size} -> {total})")
+        elif not (start == 0 and end == info.size):
+            raise SourceError(f"{where}: server ignored the Range header (status {resp.status})")
+
+    return check
+
+
+_XML_FIELD = re.compile(rb"<(Code|Message)>([^<]{0,300})</\1>")
+
+
+def _error_detail(body: bytes) -> str:
+    """`Code: Message` from an S3/GCS XML error body, when there is one."""
+    found = {k.decode(): v.decode("utf-8", "replace") for k, v in _XML_FIELD.findall(body[:4096])}
+    return ": ".join(found[k] for k in ("Code", "Message") if k in found)
+
+
+async def socket_range(
+    pool: ConnectionPool,
+    url: str,
+    headers: dict[str, str],
+    where: str,
+    start: int,
+    end: int,
+    info: ObjectInfo,
+    buf: memoryview | None,
+    etag_only: bool = False,
+) -> memoryview:
+    """One ranged GET through `pool`, its body read into `buf` (or a new buffer if none fits)."""
+    size = end - start
+    target = buf[:size] if buf is not None and len(buf) >= size else memoryview(bytearray(size))
+    headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity", **headers}
+    try:
+        resp, body = await pool.get(url, headers, target, range_check(where, info, start, end, etag_only))
+    except ObjectChanged:
+        raise
+    except SourceError as e:
+        raise SourceError(f"{where}: {e}", transient=e.transient, status=e.status) from None
+    if isinstance(body, bytes):
+        raise _status_error(where, resp, body)
+    if body != size:
+        raise SourceError(f"{where}: short read ({body} of {size} bytes)", transient=True)
+    return target
+
+
+def _status_error(where: str, resp: Response, body: bytes) -> SourceError:
+    if resp.status == 412:
+        return ObjectChanged(f"{where} changed at the source (precondition failed)")
+    detail = _error_detail(body)
+    word = "not found" if resp.status == 404 else f"HTTP {resp.status}"
+    transient = resp.status >= 500 or resp.status in (408, 429) or "expired" in detail.lower()
+    return SourceError(f"{where}: {word}{' ' + detail if detail else ''}", transient=transient, status=resp.status)
+
+
+async def socket_head(
+    pool: ConnectionPool, url: str, where: str, etag_only: bool = False, by_get: str | None = None
+) -> ObjectInfo:
+    """Size and version by HEAD through `pool`; a server that refuses HEAD (403, 405, 501) is asked
+    for one byte with a ranged GET instead, at `by_get` (the URL a GET goes to)."""
+    try:
+        resp, _ = await pool.get(url, {"Accept-Encoding": "identity"}, memoryview(b""), _accept, method="HEAD")
+        h = resp.headers
+        if resp.status in (403, 405, 501) and by_get is not None:
+            one = memoryview(bytearray(1))
+            resp, body = await pool.get(by_get, {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, one, _accept)
+            if isinstance(body, bytes):
+                raise _status_error(where, resp, body)
+            h = resp.headers
+            total = h.get("content-range", "").rpartition("/")[2]
+            etag = h.get("etag") or h.get("last-modified")
+            if resp.status == 206 and total.isdigit():
+                return ObjectInfo(size=int(total), etag=etag)
+            if resp.status == 200 and h.get("content-length", "").isdigit():
+                return ObjectInfo(size=int(h["content-length"]), etag=etag)
+            raise SourceError(f"{where}: cannot tell the object's size (no HEAD, no Content-Range)")
+        if resp.status not in (200, 206):
+            raise _status_error(where, resp, b"")
+    except ObjectChanged:
+        raise
+    except SourceError as e:
+        if e.args and str(e).startswith(where):
+            raise
+        raise SourceError(f"{where}: {e}", transient=e.transient, status=e.status) from None
+    length = h.get("content-length")
+    if length is None or not length.isdigit():
+        raise SourceError(f"{where}: no Content-Length in HEAD response")
+    etag = h.get("etag") if etag_only else h.get("etag") or h.get("last-modified")
+    return ObjectInfo(size=int(length), etag=etag)
+
+
+def _accept(resp: Response) -> None:
+    return None
+
+
+class ObstoreSource:
+    """S3 / GCS through obstore: HEAD and small reads through its client; ranged GETs through
+    presigned URLs (obstore signs them) read into the stream's buffer by rawhttp, unless the
+    credentials cannot sign or a proxy is configured, where obstore's get is used."""
+
+    def __init__(self, uri: str, streams: int = 16, socket_receive: bool = True) -> None:
         self.name = uri
         self._store = object_store(uri, own_retries=False)
+        self._s3 = urlsplit(uri).scheme.lower() == "s3"
+        self._pool: ConnectionPool | None = ConnectionPool(streams) if socket_receive else None
+        self._signed: dict[tuple[str, str], tuple[str, float]] = {}
+
+    async def _presigned(self, path: str, method: Literal["GET", "HEAD"] = "GET") -> str | None:
+        """A URL for `method` on `path`, signed once per file and hour; None when signing is not possible."""
+        hit = self._signed.get((method, path))
+        now = time.monotonic()
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        import obstore
+
+        try:
+            url = str(await obstore.sign_async(self._store, method, path, timedelta(seconds=SIGN_TTL_S)))
+        except Exception:
+            url = ""
+        if not url or proxied(url):
+            await self._to_library()
+            return None
+        self._signed[(method, path)] = (url, now + SIGN_TTL_S - 600)
+        return url
+
+    async def _to_library(self) -> None:
+        """obstore's own requests from now on (no signing, a proxy, or an endpoint refusing
+        presigned URLs)."""
+        if self._pool is not None:
+            await self._pool.close()
+        self._pool = None
+
+    async def _refused(self, e: SourceError, method: str, path: str) -> bool:
+        """After a 400/403 to a presigned request: True when the same request through obstore's
+        header-signed client is worth trying (an endpoint that does not take query-string
+        signatures), which then stays the way for this source; an expired URL is re-signed."""
+        if e.status not in (400, 403):
+            return False
+        self._signed.pop((method, path), None)
+        if e.transient:  # "Request has expired": the retry signs afresh
+            return False
+        await self._to_library()
+        return True
 
     async def head(self, path: str) -> ObjectInfo:
+        url = await self._presigned(path, "HEAD") if self._pool is not None else None
+        pool = self._pool
+        if url is not None and pool is not None:  # on a stream's connection: no extra one opened
+            try:
+                return await socket_head(pool, url, f"{self.name}/{path}", etag_only=True)
+            except SourceError as e:
+                if not await self._refused(e, "HEAD", path):
+                    raise
         import obstore
 
         try:
@@ -172,6 +345,17 @@ class ObstoreSource:
     async def read_range(
         self, path: str, start: int, end: int, info: ObjectInfo, buf: memoryview | None = None
     ) -> bytes | memoryview:
+        url = await self._presigned(path) if self._pool is not None else None
+        pool = self._pool  # None again if signing turned out impossible
+        if url is not None and pool is not None:
+            headers = {"If-Match": info.etag} if info.etag and self._s3 else {}
+            try:
+                return await socket_range(
+                    pool, url, headers, f"{self.name}/{path}", start, end, info, buf, etag_only=True
+                )
+            except SourceError as e:
+                if not await self._refused(e, "GET", path):
+                    raise
         import obstore
         from obstore.exceptions import PreconditionError
 
@@ -208,22 +392,28 @@ class ObstoreSource:
             raise classify(e, f"{self.name}/{path}") from None
 
     async def close(self) -> None:
-        return None
+        if self._pool is not None:
+            await self._pool.close()
 
 
 class HttpSource:
     """Any HTTP server that honours Range (nginx, a peer's `gem-load serve`, a CDN)."""
 
-    def __init__(self, base_url: str, streams: int = 16) -> None:
+    def __init__(self, base_url: str, streams: int = 16, socket_receive: bool = True) -> None:
         self.name = base_url
         self._base = base_url if base_url.endswith("/") else base_url + "/"
         self._streams = streams
         self._session: aiohttp.ClientSession | None = None
+        # Ranged GETs straight into the stream's buffer (rawhttp); aiohttp for HEAD, small reads,
+        # and everything when a proxy is configured.
+        self._pool = ConnectionPool(streams) if socket_receive and not proxied(self._base) else None
 
     def _client(self) -> aiohttp.ClientSession:
         # Created lazily so it binds to the running loop; exactly one connection per stream, so a
         # per-connection server limit sees N connections, never more.
         if self._session is None:
+            import aiohttp
+
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._streams),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60),
@@ -236,6 +426,8 @@ class HttpSource:
 
     async def head(self, path: str) -> ObjectInfo:
         url = self._url(path)
+        if self._pool is not None:
+            return await socket_head(self._pool, url, url, by_get=url)
         try:
             async with self._client().head(url, allow_redirects=True) as resp:
                 if resp.status in (403, 405, 501):
@@ -265,6 +457,8 @@ class HttpSource:
         self, path: str, start: int, end: int, info: ObjectInfo, buf: memoryview | None = None
     ) -> bytes | memoryview:
         url = self._url(path)
+        if self._pool is not None:
+            return await socket_range(self._pool, url, {}, url, start, end, info, buf)
         headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
         try:
             async with self._client().get(url, headers=headers) as resp:
@@ -316,6 +510,8 @@ class HttpSource:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._pool is not None:
+            await self._pool.close()
 
 
 def _raise_for_status(status: int, url: str) -> None:
