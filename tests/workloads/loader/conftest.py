@@ -151,6 +151,17 @@ def cli_popen(*args: str, **kw: Any) -> subprocess.Popen[str]:
     )
 
 
+def s3_endpoint_env(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
+    """Point obstore's S3 client at a loopback endpoint with dummy credentials."""
+    for k, v in {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+
+
 @pytest.fixture
 def helpers() -> Any:
     """The helpers above, as a fixture (tests run with --import-mode=importlib)."""
@@ -163,6 +174,7 @@ def helpers() -> Any:
         cli_popen = staticmethod(cli_popen)
         free_port = staticmethod(free_port)
         wait_port = staticmethod(wait_port)
+        s3_endpoint_env = staticmethod(s3_endpoint_env)
         rmtree = staticmethod(shutil.rmtree)
 
     return H

@@ -200,13 +200,7 @@ async def test_503_slowdown_retried_on_the_s3_path(
     app, seen = _flaky_origin(root, failures=4)
     port = helpers.free_port()
     runner = await _serve(app, port)
-    for k, v in {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
+    helpers.s3_endpoint_env(monkeypatch, port)
     try:
         rep = NullReporter()
         cfg = PullConfig(streams=2, backoff_base=0.01, backoff_max=0.05)

@@ -318,13 +318,7 @@ async def test_endpoint_refusing_presigned_urls_falls_back_to_obstore(
     await runner.setup()
     port = helpers.free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    for k, v in {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
+    helpers.s3_endpoint_env(monkeypatch, port)
     try:
         await pull("s3://bkt/gem", tmp_path / "dst", cfg=PullConfig(streams=2))
         assert helpers.same_tree(src, tmp_path / "dst", list(SIZES)) and refused["n"] >= 1
