@@ -21,13 +21,14 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from loader_origin import free_port, wait_port  # bench/ is on sys.path when this runs as a script
 
 from gem_workloads.loader.cache import NodeCache
 from gem_workloads.loader.manifest import build_manifest, parse_size
@@ -79,21 +80,6 @@ def allowed(conns: int, rate: int, seconds: float) -> float:
     """Bytes nginx's limiter lets `conns` connections read in `seconds`: R*(t+1) each (it grants
     a connection's first second up front), so short runs are not mistaken for >100 % efficiency."""
     return conns * rate * (seconds + 1.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int) -> None:
-    for _ in range(200):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nginx did not listen on {port}")
 
 
 def make_data(root: Path, size: int, files: int) -> None:
