@@ -256,8 +256,7 @@ class Pool:
         if served.refused:
             return served.utilisation, 0.0, self.model.timeout_ms
         if served.latencies:
-            ordered = sorted(served.latencies)
-            p99_s = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+            p99_s = weighted_quantile(served.latencies, [1.0] * len(served.latencies), 0.99)
         else:  # nobody asked: what the next request would see
             p99_s = queues.next_wait(now + dt, ready) + d
         p99 = min(1000.0 * p99_s, self.model.timeout_ms)
