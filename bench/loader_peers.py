@@ -15,7 +15,12 @@ them alike), each in its own process:
   * Run:ai Model Streamer (`runai-model-streamer` + `-s3`): its safetensors streamer into CPU
     memory, RUNAI_STREAMER_CONCURRENCY=N, RUNAI_STREAMER_S3_CLIENT_PART_SIZE and
     RUNAI_STREAMER_CHUNK_BYTESIZE = part size, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0 (path
-    style); it opens more connections than its concurrency (the `conns` column counts them);
+    style), and RUNAI_STREAMER_S3_MAX_INFLIGHT_MIB = one part: each of its N clients keeps one
+    part in flight, so it opens N connections like the others (without that cap its S3 client
+    keeps several parts of a client in flight at once: 11 connections at a concurrency of 1, 58
+    at 8); RUNAI_STREAMER_S3_MAX_CONNECTIONS = N as well (the `conns` column counts them).
+    `runai-default` is the same without the two caps, as a user who sets only the concurrency
+    runs it: more connections than N, so more than N x R, reported beside it;
   * boto3 `download_file`, default TransferConfig (10 threads, 8 MiB parts), and tuned
     (max_concurrency = max_pool_connections = N, part size as above), files one after another.
 
@@ -163,7 +168,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         for name in files:
             client.download_file(BUCKET, f"{PREFIX}/{name}", str(dest / name), Config=tc)
         wall, cpu = time.monotonic() - t, _cpu() - c
-    elif tool == "runai":
+    elif tool.startswith("runai"):
         from runai_model_streamer import SafetensorsStreamer  # type: ignore[import-not-found]
 
         tensors: dict[str, Any] = {}
@@ -232,7 +237,7 @@ class Bench:
         env = {**os.environ, **ENV, "AWS_ENDPOINT_URL": self.endpoint, "AWS_ENDPOINT_URL_S3": self.endpoint}
         if tool == "gem-load@base":
             env["PYTHONPATH"] = str(Path(self.args.baseline_src) / "workloads")
-        if tool == "runai":
+        if tool.startswith("runai"):
             part = str(self.args.part)
             env.update(
                 RUNAI_STREAMER_CONCURRENCY=str(n),
@@ -241,6 +246,11 @@ class Bench:
                 RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0",
                 RUNAI_STREAMER_LOG_LEVEL="WARNING",
             )
+            if tool == "runai":  # N connections, as every other client (runai-default: its own count)
+                env.update(
+                    RUNAI_STREAMER_S3_MAX_CONNECTIONS=str(n),
+                    RUNAI_STREAMER_S3_MAX_INFLIGHT_MIB=str(self.args.part >> 20),
+                )
         return env
 
     def run_one(self, tool: str, n: int) -> Sample:
@@ -271,7 +281,7 @@ class Bench:
                 raise RuntimeError(f"s5cmd exited {proc.returncode}: {err[-500:]}")
             cpu = ru.ru_utime + ru.ru_stime
         else:
-            py = self.peer_py if tool == "runai" else Path(sys.executable)
+            py = self.peer_py if tool.startswith("runai") else Path(sys.executable)
             spec = {
                 "endpoint": self.endpoint,
                 "files": files,
@@ -297,7 +307,7 @@ class Bench:
                 print(f"  ({tool} N={n}: {retries} retries: {r.stderr.strip().splitlines()[-1][:300]})")
         time.sleep(0.15)  # nginx flushes its connection log every 100 ms
         conns = log_lines(self.conns_log) - before
-        if tool != "runai":  # the streamer checked its tensors itself
+        if not tool.startswith("runai"):  # the streamer checked its tensors itself
             for f in files:
                 if sha256_file(dest / f) != self.hashes[f]:
                     raise RuntimeError(f"{tool} N={n}: {f} differs from the source")
@@ -312,7 +322,7 @@ class Bench:
         if "s5cmd" not in self.missing:
             out.append("s5cmd")
         if "runai" not in self.missing:
-            out.append("runai")
+            out += ["runai", "runai-default"]
         out += ["boto3", "boto3-tuned"]
         wanted = self.args.clients.split(",") if self.args.clients else out
         return [t for t in out if t in wanted]
@@ -329,7 +339,7 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
     """Medians per (N, client). `% of N*R` is the issue's yardstick; nginx's limiter also lets each
     connection read its first second up front (R*(t+1)), so `vs limiter` divides by N*R*(t+1)."""
     print(
-        "\n   N  client        GB/s  % of N*R  vs limiter  CPU-s/GB  conns  runs  | gem-load vs it: throughput  CPU/GB"
+        "\n   N  client         GB/s  % of N*R  vs limiter  CPU-s/GB  conns  runs  | gem-load vs it: throughput  CPU/GB"
     )
     for n in streams:
         gem = b.results.get(("gem-load", n))
@@ -343,7 +353,7 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
             wall = median([s.wall for s in runs])
             conns = int(median([float(s.conns) for s in runs]))
             line = (
-                f"{n:4d}  {tool:<12} {rate_gb:5.3f}  {rate_gb * 1e9 / (n * rate):8.1%}"
+                f"{n:4d}  {tool:<13} {rate_gb:5.3f}  {rate_gb * 1e9 / (n * rate):8.1%}"
                 f"  {gb * 1e9 / (n * rate * (wall + 1)):10.1%}  {cpu:8.2f}  {conns:5d}  {len(runs):4d}  |"
             )
             if gem and tool != "gem-load":
