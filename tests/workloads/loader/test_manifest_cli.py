@@ -48,6 +48,8 @@ def test_parse_size() -> None:
     assert parse_size("16MiB", "x") == 16 << 20
     assert parse_size("64k", "x") == 64 << 10
     assert parse_size("4096", "x") == 4096
+    assert parse_size("1.5GiB", "x") == 3 << 29
+    assert parse_size("0.5k", "x") == 512
 
 
 @pytest.mark.parametrize(

@@ -40,19 +40,22 @@ DEFAULT_ALGORITHM = "blake3"
 LABELS = {"blake3": "BLAKE3", "sha256": "SHA-256"}
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
 
 def parse_size(text: str, argument: str) -> int:
-    """Parse '16MiB', '64M', '1GB' or '4096' into bytes; binary units, because part sizes are.
+    """Parse '16MiB', '64M', '1.5GB' or '4096' into bytes; binary units, because part sizes are.
 
     Errors name the argument so a bad flag is obvious from the message alone.
     """
     m = _SIZE.match(text)
     if not m:
-        raise UsageError(f"{argument}: cannot parse size {text!r} (examples: 16MiB, 64M, 1048576)")
-    return int(m.group(1)) << (10 * _UNITS[m.group(2).lower()])
+        raise UsageError(f"{argument}: cannot parse size {text!r} (examples: 16MiB, 64M, 1.5GB, 1048576)")
+    number, scale = m.group(1), 1 << (10 * _UNITS[m.group(2).lower()])
+    if "." not in number:
+        return int(number) * scale
+    return round(float(number) * scale)
 
 
 def check_part_size(size: int, argument: str = "--part-size") -> int:
