@@ -146,7 +146,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         source = spec.get("source", f"s3://{BUCKET}/{PREFIX}")
         manifest = spec.get("manifest_uri") or f"s3://{BUCKET}/{spec['manifest']}"
         argv = ["pull", source, str(dest), "--streams", str(n), "--part-size", str(part)]
-        argv += ["--manifest", manifest, "--progress", "json"]  # events on stderr: retries are counted
+        argv += ["--manifest", manifest, "--progress", "json"]  # events on stdout: retries are counted
         if spec.get("receive"):
             argv += ["--receive", spec["receive"]]
         t, c = time.monotonic(), _cpu()
@@ -302,9 +302,11 @@ class Bench:
                 raise RuntimeError(f"{tool} N={n} failed ({r.returncode}): {(r.stderr or r.stdout)[-800:]}")
             res = json.loads(lines[-1][len(RESULT) :])
             wall, cpu = res["wall"], res["cpu"]
-            retries = r.stderr.count('"event": "retry"') + r.stderr.count('"event":"retry"')
+            # gem-load's JSON events go to stdout with its RESULT line
+            retries = r.stdout.count('"event":"retry"')
             if retries and self.args.verbose:
-                print(f"  ({tool} N={n}: {retries} retries: {r.stderr.strip().splitlines()[-1][:300]})")
+                last = [ln for ln in r.stdout.splitlines() if '"event":"retry"' in ln][-1]
+                print(f"  ({tool} N={n}: {retries} retries, the last: {last[:300]})")
         time.sleep(0.15)  # nginx flushes its connection log every 100 ms
         conns = log_lines(self.conns_log) - before
         if not tool.startswith("runai"):  # the streamer checked its tensors itself
