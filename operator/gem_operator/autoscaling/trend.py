@@ -11,7 +11,9 @@ not read as a ramp; a falling or flat line adds nothing, so this only ever scale
 While the pool is overloaded (queued work, saturated pods) the readings show what the pods serve,
 not what arrives, and the queue rule sizes the overload: the history restarts, so a step or a
 flash crowd is not read back as a ramp once the pool has caught up (a line through a step
-extrapolates it as a slope and over-orders for the whole down window).
+extrapolates it as a slope and over-orders for the whole down window). So does a jump of more
+than half the demand between two syncs (`LEVEL_SHIFT`): a pool with headroom absorbs a flash crowd
+without queueing, and the jump is a new level, not a ramp.
 
 It acts inside the SM rule's tolerance band too: waiting for the band to be left is what makes a
 ramp's replica late. Measured (bench/autoscaling_replay.py seed sweeps): on one-hour Poisson
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.signals import ceil_
 
+LEVEL_SHIFT = 0.5
+"""A change of more than half the demand between two syncs starts a new level (the fit restarts)."""
 MIN_SAMPLES = 8
 """A line through fewer syncs (2 minutes at the default 15 s sync) is noise, not a ramp."""
 MAX_LEAD_SECONDS = 1800.0
@@ -52,7 +56,7 @@ class RampStep:
 
 
 def fitted_rise(samples: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
-    """(value of the least-squares line at `at`, its slope per second), or None if it cannot be fitted."""
+    """(value of the least-squares line at `at`, its slope per second), or None if none can be fitted."""
     if len(samples) < MIN_SAMPLES:
         return None
     n = len(samples)
@@ -63,6 +67,16 @@ def fitted_rise(samples: Sequence[tuple[float, float]], at: float) -> tuple[floa
         return None
     slope = sum((t - mt) * (u - mu) for t, u in samples) / var
     return mu + slope * (at - mt), slope
+
+
+def level_shift(samples: Sequence[tuple[float, float]], usage: float) -> bool:
+    """True when demand moves by more than LEVEL_SHIFT of itself since the last sync: a new level
+    (a flash crowd's start or end, a step), not a ramp's next step. A ramp moves a few percent per
+    sync; a line through a jump the pool absorbs without queueing would project it onward."""
+    if not samples:
+        return False
+    last = samples[-1][1]
+    return abs(usage - last) > LEVEL_SHIFT * max(usage, last)
 
 
 def learn_lead(
@@ -109,6 +123,8 @@ def ramp_step(
     if overloaded:
         return RampStep(None, (), lead, pending)
     kept = tuple((t, u) for t, u in history if now - window < t < now)
+    if usage is not None and level_shift(kept, usage):
+        kept = ()
     if usage is not None:
         kept = (*kept, (now, usage))
     if not rl.enabled or usage is None:
@@ -127,4 +143,4 @@ def ramp_step(
     return RampStep(want, kept, lead, pending, msg, slope * 60)
 
 
-__all__ = ["MIN_SAMPLES", "RampStep", "fitted_rise", "learn_lead", "ramp_step"]
+__all__ = ["LEVEL_SHIFT", "MIN_SAMPLES", "RampStep", "fitted_rise", "learn_lead", "level_shift", "ramp_step"]
