@@ -271,6 +271,37 @@ class PanicMode(ApiModel):
     hold_seconds: int = Field(default=60, ge=0, le=3600, description="Panic lasts this long after the last trigger.")
 
 
+class RampLead(ApiModel):
+    """Order for the load new replicas will meet: a replica serves a pod start and model load later.
+
+    A least-squares line through the pool's demand (SM usage of the Ready pods with the queue's
+    excess) over the last `windowSeconds` of syncs; while it rises, the recommendation is at least
+    what its value one lead ahead needs at the effective target (never less than the SM rule's, so
+    it only scales up earlier; the down window then holds it like any recommendation). The lead is
+    measured on the pool: the time from a scale-up decision until that many pods serve, averaged
+    over scale-ups; `leadSeconds` until the first is measured. At least 8 syncs are fitted; while
+    the pool is overloaded (queued work, saturated pods) the samples restart, so a step or a flash
+    crowd is not read back as a ramp. It acts inside the tolerance band, only ever upward.
+    """
+
+    enabled: bool = Field(default=True, description="Turn the ramp lead on.")
+    window_seconds: int = Field(
+        default=300,
+        ge=60,
+        le=3600,
+        description="Demand samples fitted (a fit over minutes, so one burst does not read as a ramp).",
+    )
+    lead_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=1800,
+        description=(
+            "Lead before one is measured: seconds from a scale-up decision until the new pods serve "
+            "(pod start + model load)."
+        ),
+    )
+
+
 class AutoscalingSpec(ApiModel):
     """Built-in SM-utilisation autoscaler. Disable it to drive replicas through the scale subresource."""
 
@@ -300,6 +331,15 @@ class AutoscalingSpec(ApiModel):
             "it creeps back recoverPercent (5 %) of targetSmActive; otherwise it holds. While p99 > "
             "eagerScaleUpAbove (0.5) x SLO scale-up ignores tolerance.up. Reported as "
             "status.autoscaling.effectiveTargetSmActive."
+        ),
+    )
+    ramp_lead: RampLead = Field(
+        default_factory=RampLead,
+        description=(
+            "On a rising load, scale for the demand one lead ahead: a least-squares line through the demand "
+            "of the last windowSeconds (300 s), projected by the measured time from a scale-up to serving "
+            "pods (leadSeconds, 120 s, until measured). It only raises the recommendation; the samples "
+            "restart while the pool is overloaded."
         ),
     )
     panic: PanicMode = Field(

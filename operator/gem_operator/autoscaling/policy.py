@@ -25,6 +25,14 @@ either). Steps, in order:
    pod reporting, mean >= `SATURATED_SM_ACTIVE` = 0.9 > target) only bounds demand from below, so the
    recommendation is then at least twice the Ready pods (pods still loading count toward it,
    so this doubles once per start-up wave, not every sync).
+   **Ramp lead** (`trend.py`, `spec.autoscaling.rampLead`, on by default): a least-squares line
+   through the demand of the last 300 s of syncs (SM usage with the queue's excess); while it
+   rises, the recommendation is at least what its value one *lead* ahead needs at the effective
+   target, the lead being the measured time from a scale-up decision until that many pods serve
+   (120 s until measured). Only ever higher than the SM rule's; inside its tolerance band too
+   (waiting for the band is what makes a ramp's replica late); the history restarts while the
+   pool is overloaded, so a step is not read as a ramp. Recorded in the stabilisation history
+   like any recommendation.
 2. **Hold.** No usable signal (source error, no sample, every sample stale, no Ready pod) ⇒
    keep the current count (bounds still apply) and report `MetricsUnavailable`. Never a
    scale-down on missing data.
@@ -83,6 +91,7 @@ from gem_operator.autoscaling.panic import panic_step
 from gem_operator.autoscaling.signals import SATURATED_SM_ACTIVE, ceil_, sm_signal
 from gem_operator.autoscaling.slo import effective_target, slo_step
 from gem_operator.autoscaling.state import ScalerState
+from gem_operator.autoscaling.trend import ramp_step
 
 # Scaling condition types (status.conditions[].type).
 SCALING_ACTIVE = "ScalingActive"
@@ -235,10 +244,36 @@ def desired_replicas(
             last_backlog=state.backlog,
             tolerance_up=0.0 if eager else None,
         )
-    pan = panic_step(spec, state, obs, now, slo.target, saturation)
     signals: dict[str, float] = {}
     if sig.recommendation is not None:
         signals["smActive"] = float(sig.recommendation)
+    ramp = ramp_step(
+        spec,
+        state.demand,
+        sig.usage,
+        slo.target,
+        now,
+        lead_seconds=state.lead_seconds,
+        pending=state.scale_up_pending,
+        serving=sum(1 for p in obs.pods if p.serving),
+        current=current,
+        overloaded=sig.overloaded,
+    )
+    if ramp.recommendation is not None and sig.recommendation is not None:
+        signals["rampLead"] = float(ramp.recommendation)
+        if ramp.recommendation > max(sig.recommendation, current):
+            # The replicas ordered now serve a lead later: size them for the load then (trend.py). This
+            # acts before the SM rule would, inside its tolerance band too: waiting for the band to be
+            # left is what makes a ramp's replica arrive late.
+            # It is what the arrivals will need, so the stabilisation history records it (steady=None).
+            sig = replace(
+                sig,
+                recommendation=ramp.recommendation,
+                reason="RisingLoad",
+                message=f"{sig.message}; {ramp.message}",
+                steady=None,
+            )
+    pan = panic_step(spec, state, obs, now, slo.target, saturation)
     rec = sig.recommendation
     reason, message = sig.reason, sig.message
     skip_stabilisation = False
@@ -430,6 +465,9 @@ def desired_replicas(
         panic_until=pan.until,
         slo_last_over=slo.last_over,
         slo_cut_replicas=desired if slo.last_decrease == now else state.slo_cut_replicas,
+        demand=ramp.usage,
+        lead_seconds=ramp.lead_seconds,
+        scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
     )
     return Decision(
         desired_replicas=desired,

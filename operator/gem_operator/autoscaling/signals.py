@@ -40,6 +40,7 @@ class Signal:
     steady: int | None = None
     overloaded: bool = False  # queued work or saturated SM: demand beyond what the pods serve
     backlog: tuple[float, float] | None = None  # (now, total queued pod-seconds) to remember
+    usage: float | None = None  # Ready pods' SM usage with the queue's excess: demand in SM-active terms
 
 
 def sm_signal(
@@ -126,7 +127,7 @@ def sm_signal(
         steady = None
         if backlog is not None and sig.recommendation is not None and (had_backlog or sig.reason == "CapacityPending"):
             steady = min(sig.recommendation, ceil_(arrivals / target))
-        return replace(sig, queue=remember, backlog=backlog, overloaded=overloaded, steady=steady)
+        return replace(sig, queue=remember, backlog=backlog, overloaded=overloaded, steady=steady, usage=usage)
 
     avg = usage / len(values)
     ratio = avg / target

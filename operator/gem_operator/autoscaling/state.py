@@ -30,6 +30,11 @@ class ScalerState:
         many pods serve (or the pool is smaller).
     backlog: (time, total queued pod-seconds of the Ready pods) at the last sync with a queue
         reading; its change estimates the arrivals while pods drain a backlog.
+    demand: (time, SM usage with the queue's excess) per sync over `rampLead.windowSeconds`: the
+        samples the ramp lead fits.
+    lead_seconds: the measured time from a scale-up decision until that many pods serve (None:
+        none measured yet).
+    scale_up_pending: (time, replicas) of the scale-up being timed for `lead_seconds`.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -43,6 +48,9 @@ class ScalerState:
     backlog: tuple[float, float] | None = None
     slo_last_over: float | None = None
     slo_cut_replicas: int | None = None
+    demand: tuple[tuple[float, float], ...] = ()
+    lead_seconds: float | None = None
+    scale_up_pending: tuple[float, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +65,9 @@ class ScalerState:
             "backlog": None if self.backlog is None else list(self.backlog),
             "sloLastOver": self.slo_last_over,
             "sloCutReplicas": self.slo_cut_replicas,
+            "demand": [[t, u] for t, u in self.demand],
+            "leadSeconds": self.lead_seconds,
+            "scaleUpPending": None if self.scale_up_pending is None else list(self.scale_up_pending),
         }
 
     @classmethod
@@ -82,8 +93,11 @@ class ScalerState:
                 backlog=None if data.get("backlog") is None else (float(data["backlog"][0]), float(data["backlog"][1])),
                 slo_last_over=_opt(data.get("sloLastOver")),
                 slo_cut_replicas=None if data.get("sloCutReplicas") is None else int(data["sloCutReplicas"]),
+                demand=tuple((_finite(t), _finite(u)) for t, u in data.get("demand", [])),
+                lead_seconds=_opt(data.get("leadSeconds")),
+                scale_up_pending=None if (p := data.get("scaleUpPending")) is None else (_finite(p[0]), int(p[1])),
             )
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, IndexError):
             return cls()
 
 
@@ -91,6 +105,10 @@ def _opt(value: Any) -> float | None:
     """None, or a finite float (a NaN or an infinity is malformed: ValueError)."""
     if value is None:
         return None
+    return _finite(value)
+
+
+def _finite(value: Any) -> float:
     out = float(value)
     if not math.isfinite(out):
         raise ValueError(f"not a finite number: {value!r}")

@@ -1,0 +1,285 @@
+"""The ramp lead (`trend.py`): scale for the demand one measured lead ahead, only ever earlier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample, PodState
+from gem_operator.autoscaling.policy import desired_replicas
+from gem_operator.autoscaling.state import ScalerState
+from gem_operator.autoscaling.trend import MIN_SAMPLES, fitted_rise, learn_lead, level_shift, ramp_step
+
+NOW = 50_000.0
+SYNC = 15.0
+
+
+def spec(**kw: Any) -> AutoscalingSpec:
+    base: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 100, "targetSmActive": 0.5}
+    base.update(kw)
+    return AutoscalingSpec.model_validate(base)
+
+
+def obs(values: list[float], *, loading: int = 0, now: float) -> Observation:
+    pods = [PodState(f"p{i}", ready=True) for i in range(len(values))]
+    pods += [PodState(f"l{i}", ready=False, model_loaded=False) for i in range(loading)]
+    samples = {f"p{i}": PodSample(v, now - 5) for i, v in enumerate(values)}
+    return Observation(current_replicas=len(pods), pods=pods, metrics=MetricReading(samples=samples))
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+@pytest.mark.parametrize(
+    ("samples", "at", "expected"),
+    [
+        # a clean line: value 1 + 0.01 t, read 120 s after the last sample
+        ([(t * SYNC, 1 + 0.01 * t * SYNC) for t in range(10)], 9 * SYNC + 120, (1 + 0.01 * (135 + 120), 0.01)),
+        # flat
+        ([(t * SYNC, 2.0) for t in range(10)], 500.0, (2.0, 0.0)),
+        # falling
+        ([(t * SYNC, 5 - 0.02 * t * SYNC) for t in range(8)], 105.0, (5 - 0.02 * 105, -0.02)),
+    ],
+)
+def test_fitted_rise_is_the_least_squares_line(
+    samples: list[tuple[float, float]], at: float, expected: tuple[float, float]
+) -> None:
+    fit = fitted_rise(samples, at)
+    assert fit is not None
+    assert fit[0] == pytest.approx(expected[0])
+    assert fit[1] == pytest.approx(expected[1], abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("last", "usage", "shift"),
+    [(4.0, 4.3, False), (4.0, 6.0, False), (4.0, 8.5, True), (8.5, 4.0, True), (0.0, 0.0, False)],
+)
+def test_level_shift(last: float, usage: float, shift: bool) -> None:
+    assert level_shift([(0.0, 1.0), (15.0, last)], usage) is shift
+
+
+@pytest.mark.parametrize("at", [3, 10, 17])
+def test_a_step_is_not_a_ramp(at: int) -> None:
+    """A jump the pool absorbs (a flash crowd without queueing) starts a new level: projected
+    onward, a line through it would order for a load that never comes."""
+    s = spec()
+    history: tuple[tuple[float, float], ...] = ()
+    for t in range(25):
+        now = t * SYNC
+        r = ramp_step(
+            s, history, 2.0 if t < at else 6.0, 0.5, now, lead_seconds=None, pending=None, serving=12, current=12
+        )
+        assert r.recommendation is None
+        history = r.usage
+    assert len(history) == min(25 - at, 20)  # restarted at the step (20 syncs fill the 300 s window)
+
+
+def test_overload_restarts_the_fit() -> None:
+    s = spec()
+    history = tuple((NOW - (9 - i) * SYNC, 2.0 + 0.1 * i) for i in range(9))
+    r = ramp_step(s, history, 3.0, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, overloaded=True)
+    assert r.recommendation is None and r.usage == ()
+
+
+def test_too_few_samples_or_one_instant_fit_nothing() -> None:
+    assert fitted_rise([(t * SYNC, float(t)) for t in range(MIN_SAMPLES - 1)], 0.0) is None
+    assert fitted_rise([(5.0, float(u)) for u in range(MIN_SAMPLES + 2)], 0.0) is None
+
+
+# --------------------------------------------------------------------------- the lead, measured
+
+
+@pytest.mark.parametrize(
+    ("lead", "pending", "serving", "current", "now", "expected"),
+    [
+        (None, None, 3, 3, 100.0, (None, None)),  # nothing to time
+        (None, (0.0, 5), 4, 5, 90.0, (None, (0.0, 5))),  # still starting
+        (None, (0.0, 5), 5, 5, 90.0, (90.0, None)),  # first measurement is taken as is
+        (120.0, (0.0, 5), 6, 6, 60.0, (90.0, None)),  # then each new one weighs half
+        (120.0, (0.0, 5), 3, 4, 60.0, (120.0, None)),  # scaled back below it before it served: dropped
+        (120.0, (0.0, 5), 3, 5, 3601.0, (120.0, None)),  # a rollout that never came up: dropped
+        (None, (0.0, 5), 5, 5, 99_999.0, (1800.0, None)),  # clamped
+    ],
+)
+def test_learn_lead(
+    lead: float | None,
+    pending: tuple[float, int] | None,
+    serving: int,
+    current: int,
+    now: float,
+    expected: tuple[float | None, tuple[float, int] | None],
+) -> None:
+    assert learn_lead(lead, pending, serving, current, now) == expected
+
+
+def test_ramp_step_projects_one_lead_ahead_at_the_target() -> None:
+    s = spec()
+    history = [(NOW - (9 - i) * SYNC, 2.0 + 0.004 * i * SYNC) for i in range(9)]  # +0.24 per minute
+    usage = 2.0 + 0.004 * 9 * SYNC
+    step = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5)
+    projected = usage + 0.004 * 120  # rampLead.leadSeconds before one is measured
+    assert step.recommendation == 7 == -(-projected // 0.5)
+    assert step.slope_per_minute == pytest.approx(0.24)
+    assert "rampLead.leadSeconds" in step.message
+    measured = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=600.0, pending=None, serving=5, current=5)
+    assert measured.recommendation == 10  # 2.54 + 0.004 * 600 = 4.94 → 10 at 0.5
+    assert "measured" in measured.message
+
+
+def test_ramp_step_keeps_only_its_window_and_adds_nothing_when_off() -> None:
+    s = spec(rampLead={"enabled": False, "windowSeconds": 60})
+    history = [(NOW - 200.0, 1.0), (NOW - 59.0, 1.0), (NOW - 15.0, 1.5)]
+    step = ramp_step(s, history, 3.0, 0.5, NOW, lead_seconds=None, pending=(NOW - 30, 4), serving=4, current=4)
+    assert step.recommendation is None
+    assert step.usage == ((NOW - 59.0, 1.0), (NOW - 15.0, 1.5), (NOW, 3.0))
+    assert step.lead_seconds == 30.0  # the lead is still measured while off: turning it on finds it
+
+
+# --------------------------------------------------------------------------- through the policy
+
+
+def numpy_projection(window: list[tuple[float, float]], at: float) -> float | None:
+    """trend.fitted_rise's line, fitted by numpy: its value at `at`, if it rises."""
+    slope, icept = np.polyfit([t for t, _ in window], [u for _, u in window], 1)
+    return float(slope * at + icept) if slope > 0 else None
+
+
+def run(s: AutoscalingSpec, demand: list[float], start: int) -> list[tuple[int, str]]:
+    """Syncs every 15 s over pods whose total SM usage is `demand[i]`; new pods serve 120 s after the order."""
+    state = ScalerState()
+    replicas, serving = start, start
+    ordered: list[tuple[float, int]] = []
+    out = []
+    for i, total in enumerate(demand):
+        now = NOW + i * SYNC
+        serving = max([serving] + [n for t, n in ordered if now - t >= 120])
+        serving = min(serving, replicas)
+        per_pod = min(1.0, total / serving)
+        o = obs([per_pod] * serving, loading=replicas - serving, now=now)
+        d = desired_replicas(s, state, o, now)
+        state = d.state
+        if d.desired_replicas > replicas:
+            ordered.append((now, d.desired_replicas))
+        replicas = d.desired_replicas
+        serving = min(serving, replicas)
+        out.append((replicas, d.reason))
+    return out
+
+
+def test_a_ramp_is_ordered_ahead_and_the_lead_is_learned() -> None:
+    s = spec(tolerance={"up": 0.1, "down": 0.1})
+    ramp = [2.0 + 0.02 * i for i in range(40)]  # +0.08 SM-active per minute, 10 minutes
+    with_lead = run(s, ramp, 5)
+    without = run(spec(tolerance={"up": 0.1, "down": 0.1}, rampLead={"enabled": False}), ramp, 5)
+    assert any(reason == "RisingLoad" for _, reason in with_lead)
+    # Never fewer replicas at any sync, and capacity arrives earlier.
+    assert all(a >= b for (a, _), (b, _) in zip(with_lead, without, strict=True))
+    first = next(i for i, (n, _) in enumerate(with_lead) if n > 5)
+    assert first < next(i for i, (n, _) in enumerate(without) if n > 5)
+
+
+def test_learned_lead_is_kept_in_state() -> None:
+    s = spec()
+    state = ScalerState(scale_up_pending=(NOW - 90.0, 3))
+    d = desired_replicas(s, state, obs([0.5, 0.5, 0.5], now=NOW), NOW)
+    assert d.state.lead_seconds == 90.0 and d.state.scale_up_pending is None
+    back = ScalerState.from_dict(d.state.to_dict())
+    assert back == d.state
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"scaleUpPending": []}, {"scaleUpPending": ["x", 2]}, {"demand": [[1.0]]}, {"leadSeconds": "nan"}],
+)
+def test_malformed_ramp_state_is_forgotten(bad: dict[str, Any]) -> None:
+    assert ScalerState.from_dict({"recommendations": [[1.0, 2]], **bad}) == ScalerState()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    level=st.floats(0.2, 8.0),
+    slope=st.floats(-0.05, 0.0),
+    noise=st.lists(st.floats(-0.02, 0.02), min_size=30, max_size=30),
+    n=st.integers(1, 20),
+)
+def test_property_flat_or_falling_demand_never_reads_as_a_ramp(
+    level: float, slope: float, noise: list[float], n: int
+) -> None:
+    """A line that does not rise adds nothing (the noise is far smaller than the fall it rides on, or zero)."""
+    s = spec()
+    state = ScalerState()
+    for i, e in enumerate(noise):
+        now = NOW + i * SYNC
+        total = max(0.0, level + slope * i * SYNC + (e * abs(slope) * SYNC if slope < 0 else 0.0))
+        d = desired_replicas(s, state, obs([min(1.0, total / n)] * n, now=now), now)
+        assert d.reason != "RisingLoad"
+        state = d.state
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    demand=st.lists(st.floats(0.0, 10.0), min_size=12, max_size=40),
+    start=st.integers(1, 12),
+)
+def test_property_the_ramp_lead_only_ever_raises_the_decision(demand: list[float], start: int) -> None:
+    """At every sync of a run, the same state and readings without it never give more replicas.
+
+    (Per sync, not per run: runs diverge once one scales earlier, e.g. the other saturates and
+    doubles.)"""
+    on, off = spec(), spec(rampLead={"enabled": False})
+    state = ScalerState()
+    replicas, serving = start, start
+    ordered: list[tuple[float, int]] = []
+    for i, total in enumerate(demand):
+        now = NOW + i * SYNC
+        serving = min(replicas, max([serving] + [n for t, n in ordered if now - t >= 120]))
+        o = obs([min(1.0, total / serving)] * serving, loading=replicas - serving, now=now)
+        d = desired_replicas(on, state, o, now)
+        assert d.desired_replicas >= desired_replicas(off, state, o, now).desired_replicas
+        if d.desired_replicas > replicas:
+            ordered.append((now, d.desired_replicas))
+        replicas, state = d.desired_replicas, d.state
+        serving = min(serving, replicas)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 20),
+    target=st.floats(0.05, 0.6),  # x (1 + tu) stays under SATURATED_SM_ACTIVE: never overloaded
+    tu=st.floats(0, 0.45),
+    td=st.floats(0, 0.25),  # no move between syncs exceeds LEVEL_SHIFT: the fit never restarts
+    noise=st.lists(st.floats(-1, 1), min_size=30, max_size=30),
+)
+def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
+    n: int, target: float, tu: float, td: float, noise: list[float]
+) -> None:
+    """Readings inside the SM rule's band: the count never falls, and a rise is always the ramp's.
+
+    Every rise matches the least-squares line of the demand one lead ahead (numpy's fit, computed
+    here apart from trend.py) at or above the replicas ordered.
+    """
+    s = spec(targetSmActive=target, tolerance={"up": tu, "down": td}, stabilizationSeconds={"up": 0, "down": 0})
+    state = ScalerState()
+    count = n
+    demand: list[tuple[float, float]] = []
+    for i, x in enumerate(noise):
+        now = NOW + i * SYNC
+        band = tu if x > 0 else td
+        v = target * (1 + 0.999 * band * x)
+        demand.append((now, v * n))
+        d = desired_replicas(s, state, obs([v] * n, loading=count - n, now=now), now)
+        assert d.desired_replicas >= count
+        if d.desired_replicas > count:
+            assert d.reason == "RisingLoad"
+            window = [(t, u) for t, u in demand if now - t < s.ramp_lead.window_seconds]
+            projected = numpy_projection(window, now + s.ramp_lead.lead_seconds)
+            assert projected is not None
+            assert d.desired_replicas - 1 < projected / target <= d.desired_replicas + 1e-6
+        count = d.desired_replicas
+        state = d.state
+        # The pods now ordered are still starting: the readings stay those of the n serving ones.
