@@ -1,6 +1,7 @@
 """Seed sweep: the autoscaling policy against HPA on RPS at equal GPU-hours over other draws of traffic.
 
 Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--fleet batching|single-server] [--shared]
+          [--without-ramp-lead]
 
 `bench/autoscaling_replay.py` judges one draw of each synthetic scenario. Tuning to one draw is
 easy; this runs the one-hour Poisson scenario (rate 0.4x-1.6x, 3x flash crowd at minute 40) for
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0:16", help="seed range A:B (B excluded), added to the scenario's seed")
     ap.add_argument("--fleet", choices=sorted(FLEETS), default="batching")
     ap.add_argument("--shared", action="store_true", help="also the shared Azure trace")
+    ap.add_argument(
+        "--without-ramp-lead", action="store_true", help="the policy with rampLead.enabled: false, for comparison"
+    )
     args = ap.parse_args(argv)
     try:
         a, b = (int(x) for x in args.seeds.split(":"))
@@ -49,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if b <= a:
         ap.error(f"--seeds: empty range {args.seeds!r}; B must be above A")
     model = FLEETS[args.fleet]()
-    spec = RankingServiceSpec.model_validate(SERVICE)
+    service = SERVICE
+    if args.without_ramp_lead:
+        service = {**SERVICE, "autoscaling": {**SERVICE["autoscaling"], "rampLead": {"enabled": False}}}
+    spec = RankingServiceSpec.model_validate(service)
     cases = [("shared", shared_trace(model, spec))] if args.shared else []
     cases += [(f"seed {s}", poisson_hour(11 + s)) for s in range(a, b)]
     worse = over = n = 0

@@ -13,7 +13,14 @@ from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample, PodState
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.trend import MIN_SAMPLES, fitted_rise, learn_lead, level_shift, ramp_step
+from gem_operator.autoscaling.trend import (
+    MIN_SAMPLES,
+    fitted_rise,
+    learn_lead,
+    level_shift,
+    ramp_step,
+    without_ramp_lead,
+)
 
 NOW = 50_000.0
 SYNC = 15.0
@@ -283,3 +290,12 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
         count = d.desired_replicas
         state = d.state
         # The pods now ordered are still starting: the readings stay those of the n serving ones.
+
+
+def test_the_hpa_baselines_run_without_it() -> None:
+    """HPA has no ramp lead: the replay's and the closed loop's HPA-on-RPS baselines turn it off."""
+    s = spec(rampLead={"windowSeconds": 600}, tolerance={"up": 0.2, "down": 0.1})
+    hpa = without_ramp_lead(s)
+    assert not hpa.ramp_lead.enabled and hpa.ramp_lead.window_seconds == 600
+    assert hpa.model_copy(update={"ramp_lead": s.ramp_lead}) == s
+    assert s.ramp_lead.enabled  # the policy's own spec is left as it was

@@ -85,6 +85,7 @@ from gem_operator.autoscaling.traces import (
     load_trace,
     to_series,
 )
+from gem_operator.autoscaling.trend import without_ramp_lead
 
 Decide = Callable[[float, Pool, "Window"], int]
 
@@ -271,6 +272,8 @@ def simulate(
 
     rps_window = max(1, round(rps_window_seconds)) if rps_window_seconds else sync_every
 
+    hpa = without_ramp_lead(a)  # HPA's algorithm as HPA runs it: the ramp lead is this policy's
+
     def rps_rule(state_box: list[ScalerState]) -> Decide:
         # Same algorithm; the metric is requests/s per Ready pod, expressed against the SM target
         # so the HPA ratio metric/target is rps_per_pod / target_rps.
@@ -283,7 +286,7 @@ def simulate(
                 rps = win.per_pod("requests", pool, now, t - rps_window, t)
                 per_pod = [None if r is None else r / target_rps * a.target_sm_active for r in rps]
             obs = _observation(pool, now, per_pod, gpus, cluster_gpus)
-            d = desired_replicas(a, state_box[0], obs, now, saturation=None)
+            d = desired_replicas(hpa, state_box[0], obs, now, saturation=None)
             state_box[0] = d.state
             return d.desired_replicas
 
