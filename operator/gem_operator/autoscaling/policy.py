@@ -31,8 +31,8 @@ either). Steps, in order:
    target, the lead being the measured time from a scale-up decision until that many pods serve
    (120 s until measured). Only ever higher than the SM rule's; inside its tolerance band too
    (waiting for the band is what makes a ramp's replica late); the history restarts while the
-   pool is overloaded, so a step is not read as a ramp. Recorded in the stabilisation history
-   like any recommendation.
+   pool is overloaded and when demand jumps by more than half between two syncs, so a step is
+   not read as a ramp. Recorded in the stabilisation history like any recommendation.
 2. **Hold.** No usable signal (source error, no sample, every sample stale, no Ready pod) ⇒
    keep the current count (bounds still apply) and report `MetricsUnavailable`. Never a
    scale-down on missing data.

@@ -52,7 +52,6 @@ class RampStep:
     lead_seconds: float | None  # learned lead (None: nothing measured yet)
     pending: tuple[float, int] | None  # (when, count) of the scale-up being timed
     message: str = ""
-    slope_per_minute: float | None = None
 
 
 def fitted_rise(samples: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
@@ -132,7 +131,7 @@ def ramp_step(
     ahead = rl.lead_seconds if lead is None else lead
     fit = fitted_rise(kept, now + ahead)
     if fit is None or fit[1] <= 0:
-        return RampStep(None, kept, lead, pending, slope_per_minute=None if fit is None else fit[1] * 60)
+        return RampStep(None, kept, lead, pending)
     projected, slope = fit
     want = ceil_(projected / target)
     learned = "measured" if lead is not None else "rampLead.leadSeconds"
@@ -140,7 +139,7 @@ def ramp_step(
         f"demand rising {slope * 60:.2f}/min in SM-active terms over {len(kept)} syncs: "
         f"{projected:.2f} in {ahead:.0f}s ({learned} lead) needs {want} replicas"
     )
-    return RampStep(want, kept, lead, pending, msg, slope * 60)
+    return RampStep(want, kept, lead, pending, msg)
 
 
 def without_ramp_lead(spec: AutoscalingSpec) -> AutoscalingSpec:
