@@ -112,6 +112,31 @@ def test_at_most_one_cut_per_interval_and_none_while_overloaded() -> None:
     assert saturated.effective_target == pytest.approx(d4.effective_target)
 
 
+def test_no_cut_while_the_p99_window_still_holds_an_overload() -> None:
+    """A p99 over the SLO just after a flash crowd was queued says capacity was short (the queue
+    rule sized it), not that the headroom target is too high: no cut until a whole query window
+    (decreaseIntervalSeconds) has passed without an overloaded sync."""
+    s = spec()
+    o = obs([0.95] * 10, p99=900.0)
+    queued = Observation(
+        current_replicas=10,
+        pods=o.pods,
+        metrics=o.metrics,
+        latency=o.latency,
+        queue=MetricReading(samples={f"p{i}": PodSample(12.0, NOW - 5) for i in range(10)}),
+    )
+    d1 = run(s, ScalerState(), queued)
+    assert d1.effective_target == pytest.approx(0.6) and d1.state.slo_last_overloaded == NOW
+    # 45 s on the queue is gone and the pods idle, but the p99's window still holds the crowd.
+    d2 = run(s, d1.state, obs([0.5] * 10, p99=900.0, now=NOW + 45), NOW + 45)
+    assert d2.effective_target == pytest.approx(0.6)
+    assert "overloaded within the query's window" in d2.message
+    assert d2.state.slo_last_overloaded == NOW  # remembered, not refreshed by a calm sync
+    # A whole window without an overload: an over-SLO p99 now is about headroom, and cuts.
+    d3 = run(s, d2.state, obs([0.5] * 10, p99=55.0, now=NOW + 60), NOW + 60)
+    assert d3.effective_target == pytest.approx(0.54)
+
+
 def test_target_never_below_the_floor() -> None:
     s = spec(sloFeedback={"minTargetFraction": 0.7})
     state, t = ScalerState(), NOW
@@ -365,6 +390,7 @@ states = st.builds(
     backlog=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6))),
     slo_last_over=st.one_of(st.none(), st.floats(0, 1e9)),
     slo_cut_replicas=st.one_of(st.none(), st.integers(0, 10_000)),
+    slo_last_overloaded=st.one_of(st.none(), st.floats(0, 1e9)),
 )
 
 
@@ -384,6 +410,7 @@ def test_property_state_round_trips_through_json(state: ScalerState) -> None:
         {"panicUntil": [1]},
         {"sloLastOver": "soon"},
         {"sloCutReplicas": "many"},
+        {"sloLastOverloaded": "lately"},
     ],
 )
 def test_malformed_state_is_forgotten_not_fatal(bad: dict[str, Any]) -> None:

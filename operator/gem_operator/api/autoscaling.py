@@ -215,7 +215,10 @@ class SloFeedback(ApiModel):
         default=60,
         ge=0,
         le=3600,
-        description="At most one cut per this many seconds (the latency query's window: 1 min by default).",
+        description=(
+            "At most one cut per this many seconds (the latency query's window: 1 min by default), and "
+            "none for this long after a sync that saw the pool overloaded (the window still holds it)."
+        ),
     )
     recover_below: float = Field(
         default=0.7,

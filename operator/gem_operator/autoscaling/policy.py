@@ -6,7 +6,8 @@ either). Steps, in order:
 
 0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
    *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, only
-   once the replicas the last cut led to serve, not while the pool is overloaded, never below
+   once the replicas the last cut led to serve, not while the pool is overloaded nor for a
+   minute after, while the p99's query window still holds the overload; never below
    `minTargetFraction` = 0.5 of it) while the observed p99 (`Observation.latency`) is over
    `spec.slo.p99LatencyMs` or near it (over `recoverBelow` = 0.7 x SLO: the warm start, learned
    before the first miss), and creeps back 5 % of
@@ -225,7 +226,13 @@ def desired_replicas(
 
     held_target = effective_target(spec, state)
     sig = sm_signal(spec, obs, now, saturation, state.queue, target=held_target, last_backlog=state.backlog)
-    slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=sig.overloaded, sm_active=sig.metric_value)
+    # The p99 of a query window that held an overload says capacity was short, which the queue rule
+    # sizes; it is no lesson about headroom. So the window after an overloaded sync cuts no target.
+    last_overloaded = now if sig.overloaded else state.slo_last_overloaded
+    overload_in_window = last_overloaded is not None and now - last_overloaded < (
+        spec.slo_feedback.decrease_interval_seconds
+    )
+    slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=overload_in_window, sm_active=sig.metric_value)
     # A p99 already using part of the SLO: scale-up does not wait for the up tolerance band (at a
     # few replicas 10 % is most of a replica, and the replica ordered late serves a pod start later).
     eager = (
@@ -465,6 +472,7 @@ def desired_replicas(
         panic_until=pan.until,
         slo_last_over=slo.last_over,
         slo_cut_replicas=desired if slo.last_decrease == now else state.slo_cut_replicas,
+        slo_last_overloaded=last_overloaded,
         demand=ramp.usage,
         lead_seconds=ramp.lead_seconds,
         scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,

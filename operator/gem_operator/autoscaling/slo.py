@@ -95,7 +95,8 @@ def slo_step(
 ) -> SloStep:
     """Advance the SLO feedback by one sync (see the module docstring for the rule).
 
-    `overloaded`: the SM signal sees queued work or saturated pods at this sync. The queue and
+    `overloaded`: the SM signal saw queued work or saturated pods at this sync, or within
+    `decreaseIntervalSeconds` (the p99 query's window still holds that overload). The queue and
     saturation rules size an overload; the target is about headroom at a load the pods serve, so
     an overload does not cut it (a flash crowd would otherwise teach it a lesson about bursts).
     `sm_active`: the Ready pods' mean fresh SM active at this sync (None: no usable reading, and a
@@ -127,7 +128,11 @@ def slo_step(
             msg = f"p99 {p99:.1f} ms > SLO {slo_ms:g} ms: SM target {current:.3f} -> {new:.3f}"
             return SloStep(new, True, p99, None, now, msg, now, fb.scale_down_hold_seconds > 0)
         held = (
-            "at its floor" if current <= floor else "overloaded: the queue sizes it" if overloaded else "cut recently"
+            "at its floor"
+            if current <= floor
+            else "overloaded within the query's window: the queue sizes it"
+            if overloaded
+            else "cut recently"
         )
         msg = f"p99 {p99:.1f} ms > SLO {slo_ms:g} ms: SM target {current:.3f} ({held})"
         return SloStep(current, True, p99, None, last, msg, now, fb.scale_down_hold_seconds > 0)

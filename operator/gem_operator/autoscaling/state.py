@@ -28,6 +28,8 @@ class ScalerState:
     slo_last_over: when a fresh p99 was last over the SLO (the scale-down hold runs from it).
     slo_cut_replicas: the replica count decided at the last cut; the next cut waits until that
         many pods serve (or the pool is smaller).
+    slo_last_overloaded: when a sync last saw the pool overloaded (queued work, saturated SM): the
+        p99 query's window holds that overload for a while after it, and cuts no target meanwhile.
     backlog: (time, total queued pod-seconds of the Ready pods) at the last sync with a queue
         reading; its change estimates the arrivals while pods drain a backlog.
     demand: (time, SM usage with the queue's excess) per sync over `rampLead.windowSeconds`: the
@@ -48,6 +50,7 @@ class ScalerState:
     backlog: tuple[float, float] | None = None
     slo_last_over: float | None = None
     slo_cut_replicas: int | None = None
+    slo_last_overloaded: float | None = None
     demand: tuple[tuple[float, float], ...] = ()
     lead_seconds: float | None = None
     scale_up_pending: tuple[float, int] | None = None
@@ -65,6 +68,7 @@ class ScalerState:
             "backlog": None if self.backlog is None else list(self.backlog),
             "sloLastOver": self.slo_last_over,
             "sloCutReplicas": self.slo_cut_replicas,
+            "sloLastOverloaded": self.slo_last_overloaded,
             "demand": [[t, u] for t, u in self.demand],
             "leadSeconds": self.lead_seconds,
             "scaleUpPending": None if self.scale_up_pending is None else list(self.scale_up_pending),
@@ -93,6 +97,7 @@ class ScalerState:
                 backlog=None if data.get("backlog") is None else (float(data["backlog"][0]), float(data["backlog"][1])),
                 slo_last_over=_opt(data.get("sloLastOver")),
                 slo_cut_replicas=None if data.get("sloCutReplicas") is None else int(data["sloCutReplicas"]),
+                slo_last_overloaded=_opt(data.get("sloLastOverloaded")),
                 demand=tuple((_finite(t), _finite(u)) for t, u in data.get("demand", [])),
                 lead_seconds=_opt(data.get("leadSeconds")),
                 scale_up_pending=None if (p := data.get("scaleUpPending")) is None else (_finite(p[0]), int(p[1])),
