@@ -210,7 +210,7 @@ http {{
   }}
 }}
 stream {{
-  log_format c '$session_time $bytes_sent';
+  log_format c '$session_time $bytes_sent $msec';
   access_log {log} c buffer=4k flush=100ms;
   server {{
     listen 127.0.0.1:{port} backlog=1024;
@@ -229,3 +229,13 @@ stream {{
 
 def log_lines(log: Path) -> int:
     return log.read_bytes().count(b"\n")
+
+
+def conn_starts(log: Path, skip: int) -> list[tuple[float, int]]:
+    """(wall-clock time nginx accepted it, bytes it sent) per connection logged after the first
+    `skip` lines (logged at close: `$msec` is the end, less `$session_time`)."""
+    out = []
+    for line in log.read_text().splitlines()[skip:]:
+        session, sent, end = line.split()
+        out.append((float(end) - float(session), int(sent)))
+    return out

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -60,6 +61,7 @@ from typing import Any
 from loader_origin import (  # bench/ is on sys.path when this runs as a script
     NGINX,
     STREAM_MODULE,
+    conn_starts,
     free_port,
     log_lines,
     make_model,
@@ -149,7 +151,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         argv += ["--manifest", manifest, "--progress", "json"]  # events on stdout: retries are counted
         if spec.get("receive"):
             argv += ["--receive", spec["receive"]]
-        t, c = time.monotonic(), _cpu()
+        t0, t, c = time.time(), time.monotonic(), _cpu()
         rc = run(argv)
         wall, cpu = time.monotonic() - t, _cpu() - c
         if rc:
@@ -164,7 +166,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         client = boto3.client("s3", endpoint_url=endpoint, config=cfg)
         tc = TransferConfig(max_concurrency=n, multipart_chunksize=part, multipart_threshold=part) if tuned else None
         dest.mkdir(parents=True, exist_ok=True)
-        t, c = time.monotonic(), _cpu()
+        t0, t, c = time.time(), time.monotonic(), _cpu()
         for name in files:
             client.download_file(BUCKET, f"{PREFIX}/{name}", str(dest / name), Config=tc)
         wall, cpu = time.monotonic() - t, _cpu() - c
@@ -172,7 +174,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         from runai_model_streamer import SafetensorsStreamer  # type: ignore[import-not-found]
 
         tensors: dict[str, Any] = {}
-        t, c = time.monotonic(), _cpu()
+        t0, t, c = time.time(), time.monotonic(), _cpu()
         with SafetensorsStreamer() as streamer:
             streamer.stream_files([f"s3://{BUCKET}/{PREFIX}/{name}" for name in files])
             for name, tensor in streamer.get_tensors():
@@ -181,7 +183,7 @@ def child(tool: str, spec: dict[str, Any]) -> None:
         check_tensors(Path(spec["data"]), files, tensors)
     else:
         raise SystemExit(f"unknown tool {tool}")
-    print(RESULT + json.dumps({"wall": wall, "cpu": cpu}), flush=True)
+    print(RESULT + json.dumps({"wall": wall, "cpu": cpu, "t0": t0}), flush=True)
 
 
 def check_tensors(data: Path, files: list[str], tensors: dict[str, Any]) -> None:
@@ -214,6 +216,10 @@ class Sample:
     wall: float
     cpu: float
     conns: int
+    first_conn: float
+    """Seconds from the start of the timed window until nginx accepted the client's first connection."""
+    phase: float
+    """Fraction of a second at which nginx accepted the connection that carried the most bytes."""
 
 
 @dataclass
@@ -271,7 +277,7 @@ class Bench:
                 else [f"s3://{BUCKET}/{PREFIX}/*.safetensors"]
             )
             argv.append(str(dest) + "/")
-            t = time.monotonic()
+            t0, t = time.time(), time.monotonic()
             proc = subprocess.Popen(argv, env=self.env(tool, n), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             _, status, ru = os.wait4(proc.pid, 0)
             wall = time.monotonic() - t
@@ -301,14 +307,24 @@ class Bench:
             if r.returncode or not lines:
                 raise RuntimeError(f"{tool} N={n} failed ({r.returncode}): {(r.stderr or r.stdout)[-800:]}")
             res = json.loads(lines[-1][len(RESULT) :])
-            wall, cpu = res["wall"], res["cpu"]
+            wall, cpu, t0 = res["wall"], res["cpu"], res["t0"]
             # gem-load's JSON events go to stdout with its RESULT line
             retries = r.stdout.count('"event":"retry"')
             if retries and self.args.verbose:
                 last = [ln for ln in r.stdout.splitlines() if '"event":"retry"' in ln][-1]
                 print(f"  ({tool} N={n}: {retries} retries, the last: {last[:300]})")
         time.sleep(0.15)  # nginx flushes its connection log every 100 ms
-        conns = log_lines(self.conns_log) - before
+        # Connections of this run: accepted inside its window (one the harness left open may close now).
+        mine = [(a, sent) for a, sent in conn_starts(self.conns_log, before) if a >= t0 - 0.005]
+        conns = len(mine)
+        if self.args.verbose:
+            print(
+                f"  ({tool} N={n}: connections accepted at "
+                + ", ".join(f"+{(a - t0) * 1e3:.0f}" for a, _ in mine)
+                + " ms)"
+            )
+        first_conn = min((a for a, _ in mine), default=math.nan) - t0
+        paced = max(mine, key=lambda x: x[1])[0] if mine else math.nan
         if not tool.startswith("runai"):  # the streamer checked its tensors itself
             for f in files:
                 if sha256_file(dest / f) != self.hashes[f]:
@@ -317,7 +333,7 @@ class Bench:
             if extra:
                 raise RuntimeError(f"{tool} N={n}: unexpected files in DEST: {extra}")
         shutil.rmtree(dest, ignore_errors=True)
-        return Sample(wall, cpu, conns)
+        return Sample(wall, cpu, conns, first_conn, paced - math.floor(paced))
 
     def tools(self) -> list[str]:
         out = ["gem-load", "gem-load@base"] if self.args.baseline_src else ["gem-load"]
@@ -341,7 +357,8 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
     """Medians per (N, client). `% of N*R` is the issue's yardstick; nginx's limiter also lets each
     connection read its first second up front (R*(t+1)), so `vs limiter` divides by N*R*(t+1)."""
     print(
-        "\n   N  client         GB/s  % of N*R  vs limiter  CPU-s/GB  conns  runs  | gem-load vs it: throughput  CPU/GB"
+        "\n   N  client         GB/s  % of N*R  vs limiter  CPU-s/GB  conns  1st conn  runs"
+        "  | gem-load vs it: throughput  CPU/GB"
     )
     for n in streams:
         gem = b.results.get(("gem-load", n))
@@ -354,9 +371,11 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
             cpu = median([s.cpu / gb for s in runs])
             wall = median([s.wall for s in runs])
             conns = int(median([float(s.conns) for s in runs]))
+            first = median([s.first_conn for s in runs])
             line = (
                 f"{n:4d}  {tool:<13} {rate_gb:5.3f}  {rate_gb * 1e9 / (n * rate):8.1%}"
-                f"  {gb * 1e9 / (n * rate * (wall + 1)):10.1%}  {cpu:8.2f}  {conns:5d}  {len(runs):4d}  |"
+                f"  {gb * 1e9 / (n * rate * (wall + 1)):10.1%}  {cpu:8.2f}  {conns:5d}"
+                f"  {first * 1e3:5.0f} ms  {len(runs):4d}  |"
             )
             if gem and tool != "gem-load":
                 g_rate = median([gb / s.wall for s in gem])
@@ -364,6 +383,44 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
                 line += f"  {g_rate / rate_gb:25.2f}x  {g_cpu / cpu:5.2f}x"
             print(line)
         print()
+
+
+def report_one_connection(b: Bench) -> None:
+    """N = 1 with the limiter's draw taken out of each run.
+
+    nginx's stream limiter lets a connection have R x (whole seconds since it was accepted + 1)
+    bytes, so a load bound by one capped connection ends on a whole-second tick counted from the
+    second nginx accepted it. Its wall time is c - frac(a) + K + tail: c from the start of the
+    timed window to the accept, frac(a) the fraction of a second at which the accept fell
+    (uniform over runs, nothing the client does), K whole seconds set by the bytes, tail the
+    client's work after the last byte. That draw spreads one client's runs over a second, more than
+    the clients differ by. Adding frac(a) - 1/2 to each run replaces it by its mean: the same
+    expected time, with only the clients' own spread left; the median of the corrected runs is
+    printed beside the raw median (a process's first run, on cold caches, can connect 0.2 s late).
+    """
+    rows = {t: b.results[(t, 1)] for t in b.tools() if b.results.get((t, 1))}
+    if not rows:
+        return
+
+    def corrected(runs: list[Sample]) -> list[float]:
+        return [s.wall + s.phase - 0.5 for s in runs if math.isfinite(s.phase)]
+
+    print("N = 1, the limiter's phase taken out (see report_one_connection):")
+    print("  client         raw median s  phase-corrected median s (sd)  1st conn  | gem-load vs it")
+    gem = corrected(rows["gem-load"]) if "gem-load" in rows else []
+    for tool, runs in rows.items():
+        xs = corrected(runs)
+        if not xs:
+            continue
+        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+        line = (
+            f"  {tool:<13}  {median([s.wall for s in runs]):12.3f}  {median(xs):19.3f} ({sd:.3f})"
+            f"  {median([s.first_conn for s in runs]) * 1e3:6.0f} ms  |"
+        )
+        if gem and tool != "gem-load":
+            line += f"  {median(xs) / median(gem):.3f}x"
+        print(line)
+    print()
 
 
 def per_source(b: Bench, moto_port: int, http_port: int) -> None:
@@ -519,10 +576,15 @@ def main_run(args: argparse.Namespace) -> None:
                     s = b.run_one(tool, n)
                     b.results.setdefault((tool, n), []).append(s)
                     if args.verbose:
-                        print(f"  rep {rep} N={n:3d} {tool:<12} {s.wall:6.2f}s  cpu {s.cpu:6.2f}s  conns {s.conns}")
+                        print(
+                            f"  rep {rep} N={n:3d} {tool:<12} {s.wall:6.2f}s  cpu {s.cpu:6.2f}s  conns {s.conns}"
+                            f"  first conn +{s.first_conn * 1e3:.0f} ms  limiter phase {s.phase:.3f}"
+                        )
             print(f"repetition {rep + 1}/{args.reps} done, load average {os.getloadavg()[0]:.1f}", flush=True)
         print("(byte-identical to the source: every run of every client)")
         report(b, streams, rate)
+        if 1 in streams:
+            report_one_connection(b)
         per_source(b, moto_port, http_port)
         if not args.no_cache:
             warm_cache(b)
