@@ -64,7 +64,8 @@ class Nginx:
     proc: subprocess.Popen[bytes]
 
     def requests(self) -> list[dict[str, Any]]:
-        """Access-log lines as dicts (method, uri, status, bytes, range)."""
+        """Access-log lines as dicts: method, uri, status, bytes, range, connection serial, the time
+        the request ended (t), its duration (rt) and its connection's age then (ct), in seconds."""
         out = []
         for line in self.log.read_text().splitlines():
             out.append(json.loads(line))
@@ -101,7 +102,8 @@ http {{
   sendfile on;
   keepalive_requests 100000;
   log_format gl escape=json '{{"m":"$request_method","u":"$uri","s":$status,'
-                            '"b":$body_bytes_sent,"r":"$http_range"}}';
+                            '"b":$body_bytes_sent,"r":"$http_range","c":$connection,'
+                            '"t":$msec,"rt":$request_time,"ct":$connection_time}}';
   access_log {d}/access.log gl;
 {temps}
   server {{

@@ -64,6 +64,9 @@ class Recording:
     async def read_all(self, path: str) -> bytes:
         return await self.inner.read_all(path)
 
+    async def connect_ahead(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 

@@ -142,6 +142,76 @@ async def test_chunked_redirected_close_delimited_and_broken_bodies(helpers: Any
 
 
 @pytest.mark.servers
+async def test_connect_ahead_opens_the_one_connection_every_request_then_uses(
+    tmp_path: Path, helpers: Any, nginx: Any
+) -> None:
+    src = helpers.make_model(tmp_path / "src", SIZES)
+    n = nginx(src)
+    source = HttpSource(n.url, streams=1)
+    try:
+        await source.connect_ahead()
+        await source.connect_ahead()  # one is idle: no second
+        assert source._pool is not None and sum(len(c) for c in source._pool._idle.values()) == 1
+        info = await source.head("model.bin")
+        got = await source.read_range("model.bin", 0, 1000, info, memoryview(bytearray(1 << 16)))
+        assert bytes(got) == (src / "model.bin").read_bytes()[:1000]
+    finally:
+        await source.close()
+    # A failure is left to the first request: no error, nothing pooled.
+    dead = HttpSource(f"http://127.0.0.1:{helpers.free_port()}/", streams=1)
+    await dead.connect_ahead()
+    assert dead._pool is not None and not any(dead._pool._idle.values())
+    await dead.close()
+    reqs = n.requests()
+    assert len(reqs) == 2 and len({r["c"] for r in reqs}) == 1
+
+
+@pytest.mark.servers
+async def test_pull_opens_the_origins_connection_while_the_manifest_is_read(
+    tmp_path: Path, helpers: Any, nginx: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest takes 0.3 s to come: the connection the model's requests use was opened
+    before the manifest was even asked for, and it is the only one they use (N = 1)."""
+    import gem_workloads.loader.pull as pull_module
+
+    real = pull_module.read_uri
+
+    async def slow_manifest(uri: str, argument: str) -> bytes:
+        await asyncio.sleep(0.3)
+        return await real(uri, argument)
+
+    monkeypatch.setattr(pull_module, "read_uri", slow_manifest)
+    src = helpers.make_model(tmp_path / "src", SIZES)
+    n = nginx(src)
+    await pull(n.url, tmp_path / "dst", cfg=PullConfig(streams=1))
+    assert helpers.same_tree(src, tmp_path / "dst", list(SIZES))
+    reqs = n.requests()
+    (manifest,) = [r for r in reqs if r["u"].endswith("manifest.json")]
+    model = [r for r in reqs if not r["u"].endswith("manifest.json")]
+    assert len({r["c"] for r in model}) == 1 and model[0]["c"] != manifest["c"]
+    opened = model[0]["t"] - model[0]["ct"]
+    asked = manifest["t"] - manifest["rt"]
+    assert opened < asked - 0.2, (opened, asked)
+
+
+@pytest.mark.servers
+async def test_s3_connect_ahead_pools_a_connection_to_the_endpoint(moto_s3: Any) -> None:
+    moto_s3.client.create_bucket(Bucket="ahead")
+    moto_s3.client.put_object(Bucket="ahead", Key="m/model.bin", Body=b"x" * 1000)
+    source = ObstoreSource("s3://ahead/m", streams=1)
+    try:
+        await source.connect_ahead()
+        assert source._pool is not None
+        ((key, conns),) = source._pool._idle.items()
+        assert len(conns) == 1 and f"http://{key[1]}:{key[2]}" == moto_s3.endpoint
+        # (moto's server closes each connection after a response; reuse is the nginx test's)
+        info = await source.head("model.bin")
+        assert bytes(await source.read_range("model.bin", 0, 10, info, None)) == b"x" * 10
+    finally:
+        await source.close()
+
+
+@pytest.mark.servers
 async def test_s3_ranges_through_presigned_urls_keep_if_match(moto_s3: Any) -> None:
     moto_s3.client.create_bucket(Bucket="raw")
     body = os.urandom(300_000)

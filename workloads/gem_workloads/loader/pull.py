@@ -151,27 +151,37 @@ async def pull(
     check_uri(source, "SOURCE")
     if manifest_uri:
         check_uri(manifest_uri, "--manifest")
-    manifest = await load_manifest(source, manifest_uri, cfg)
-    if cfg.request_size is not None and cfg.request_size % manifest.part_size:
-        raise UsageError(
-            f"--part-size: {cfg.request_size} is not a multiple of the manifest's part size {manifest.part_size}"
-        )
+    origin = open_source(source, cfg.streams, receive=cfg.receive)
+    sources: list[tuple[str, Source]] = [("origin", origin)]
     try:
-        await asyncio.to_thread(dest.mkdir, parents=True, exist_ok=True)
-    except OSError as e:
-        raise LoaderError(f"DEST: cannot create {dest}: {e.strerror}") from None
-    summary: dict[str, Any] = {"manifestDigest": manifest.digest, "bytes": manifest.total_bytes}
-    if is_complete(dest, manifest):
-        reporter.event("already-complete", dest=str(dest))
-        summary.update(seconds=round(time.monotonic() - t0, 3), fetchedBytes=0, sources={})
-        reporter.finish(summary)
-        return summary
-    clear_marker(dest)
-    sources = [
-        *peer_sources(peers or [], manifest.digest, cfg.streams, cfg.receive),
-        ("origin", open_source(source, cfg.streams, receive=cfg.receive)),
-    ]
-    try:
+        # The origin's first connection opens while the manifest is read, so the first GET finds
+        # it ready (not with peers: they serve first, the origin only what they cannot).
+        # A hit in DEST or the node cache leaves that connection unused: one handshake spent.
+        ahead = None if peers else asyncio.ensure_future(origin.connect_ahead())
+        try:
+            manifest = await load_manifest(source, manifest_uri, cfg)
+        except BaseException:
+            if ahead is not None:
+                ahead.cancel()
+            raise
+        if ahead is not None:
+            await ahead  # never raises; awaited so that the first GET does not race it for a connection
+        if cfg.request_size is not None and cfg.request_size % manifest.part_size:
+            raise UsageError(
+                f"--part-size: {cfg.request_size} is not a multiple of the manifest's part size {manifest.part_size}"
+            )
+        try:
+            await asyncio.to_thread(dest.mkdir, parents=True, exist_ok=True)
+        except OSError as e:
+            raise LoaderError(f"DEST: cannot create {dest}: {e.strerror}") from None
+        summary: dict[str, Any] = {"manifestDigest": manifest.digest, "bytes": manifest.total_bytes}
+        if is_complete(dest, manifest):
+            reporter.event("already-complete", dest=str(dest))
+            summary.update(seconds=round(time.monotonic() - t0, 3), fetchedBytes=0, sources={})
+            reporter.finish(summary)
+            return summary
+        clear_marker(dest)
+        sources[:0] = peer_sources(peers or [], manifest.digest, cfg.streams, cfg.receive)
         stats: PullStats | None = None
         if cache is not None:
             from gem_workloads.loader.cache import cache_unusable, fallback_reason, pull_through_cache

@@ -438,6 +438,19 @@ class ConnectionPool:
         self._busy.add(conn)
         return conn
 
+    async def connect_ahead(self, url: str) -> None:
+        """Open one keep-alive connection to `url`'s host unless one is idle, for the first GET
+        to find ready: its TCP (and TLS) setup then overlaps whatever the caller does meanwhile
+        (the manifest read). A failure is the first request's to report: it retries as usual."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        port = parts.port or (443 if scheme == "https" else 80)
+        host = parts.hostname or ""
+        if self._idle.get((scheme, host, port)):
+            return
+        with contextlib.suppress(SourceError):
+            self._checkin(await self._checkout(scheme, host, port))
+
     def _checkin(self, conn: Connection) -> None:
         self._busy.discard(conn)
         if conn.broken or self._closed:

@@ -70,6 +70,11 @@ class Source(Protocol):
 
     async def read_all(self, path: str) -> bytes: ...
 
+    async def connect_ahead(self) -> None:
+        """Open the connection the first ranged GET will use, where there is one to open; never
+        raises (a failure is the first request's to report). Called while the manifest is read."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -306,6 +311,18 @@ class ObstoreSource:
         self._signed[(method, path)] = (url, now + SIGN_TTL_S - 600)
         return url
 
+    async def connect_ahead(self) -> None:
+        if self._pool is None:
+            return
+        import obstore
+
+        try:  # any path of the store: the URL's host and port are what count
+            url = str(await obstore.sign_async(self._store, "GET", "_", timedelta(seconds=60)))
+        except Exception:
+            return  # no signing: the first request finds out and goes through obstore's client
+        if url and not proxied(url):
+            await self._pool.connect_ahead(url)
+
     async def _to_library(self) -> None:
         """obstore's own requests from now on (no signing, a proxy, or an endpoint refusing
         presigned URLs)."""
@@ -423,6 +440,10 @@ class HttpSource:
 
     def _url(self, path: str) -> str:
         return self._base + quote(path)
+
+    async def connect_ahead(self) -> None:
+        if self._pool is not None:
+            await self._pool.connect_ahead(self._base)
 
     async def head(self, path: str) -> ObjectInfo:
         url = self._url(path)
@@ -579,6 +600,9 @@ class LocalSource:
             os.close(fd)
 
     async def close(self) -> None:
+        return None
+
+    async def connect_ahead(self) -> None:
         return None
 
     async def read_all(self, path: str) -> bytes:
