@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--streams",
         default="32",
-        help="concurrent ranged GETs, one connection each (default 32); each stream keeps its next GET in flight "
+        help="concurrent ranged GETs, one connection each (default 32; the first opens while the manifest is "
+        "read, so the first GET finds it ready); each stream keeps its next GET in flight "
         "while its last range is hashed and written, so memory <= 3 x streams x part size (two buffers "
         "per stream, one more for the last round's finer pieces)",
     )
