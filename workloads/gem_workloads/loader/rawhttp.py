@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 from gem_workloads.loader.errors import SourceError
 
@@ -398,6 +398,12 @@ Check = Callable[[Response], None]
 """Looks at status and headers before the body is read; raises to refuse the response."""
 
 
+def _endpoint(parts: SplitResult) -> tuple[str, str, int]:
+    """(scheme, host, port) of a URL: the key its pooled connections are kept under."""
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80)
+
+
 class ConnectionPool:
     """Keep-alive connections, at most one per stream (the puller runs one GET per stream at a time)."""
 
@@ -442,14 +448,11 @@ class ConnectionPool:
         """Open one keep-alive connection to `url`'s host unless one is idle, for the first GET
         to find ready: its TCP (and TLS) setup then overlaps whatever the caller does meanwhile
         (the manifest read). A failure is the first request's to report: it retries as usual."""
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        port = parts.port or (443 if scheme == "https" else 80)
-        host = parts.hostname or ""
-        if self._idle.get((scheme, host, port)):
+        key = _endpoint(urlsplit(url))
+        if self._idle.get(key):
             return
         with contextlib.suppress(SourceError):
-            self._checkin(await self._checkout(scheme, host, port))
+            self._checkin(await self._checkout(*key))
 
     def _checkin(self, conn: Connection) -> None:
         self._busy.discard(conn)
@@ -465,9 +468,7 @@ class ConnectionPool:
         `method` HEAD: no body is read (the length is 0, a non-2xx gives b"")."""
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
-            scheme = parts.scheme.lower()
-            port = parts.port or (443 if scheme == "https" else 80)
-            conn = await self._checkout(scheme, parts.hostname or "", port)
+            conn = await self._checkout(*_endpoint(parts))
             try:
                 target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 hdrs = {"Host": parts.netloc.rpartition("@")[2], **headers, "User-Agent": "gem-load"}
