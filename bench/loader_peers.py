@@ -2,10 +2,11 @@
 
 Origin: moto's S3 server (ranged GETs served from the range only: stock moto reads the whole
 object for every ranged GET, which the harness below patches) behind nginx's stream proxy,
-which caps every TCP connection at R bytes/s (`proxy_download_rate`, libnginx-mod-stream); the
-model is a few safetensors files of random tensors. Clients, run interleaved (each repetition
-visits every N and every client, in a rotated order, so load from others on the machine hits
-them alike), each in its own process:
+which caps every TCP connection at a steady R bytes/s (`proxy_download_rate`, libnginx-mod-stream,
+with a buffer that makes each read wait its own bytes' time: no first-second burst, no credit for
+idle time; loader_origin.start_nginx); the model is a few safetensors files of random tensors.
+Clients, run interleaved (each repetition visits every N and every client, in a rotated order, so
+load from others on the machine hits them alike), each in its own process:
 
   * gem-load: `gem-load pull s3://...` with N streams, manifest part = request size = --part-size,
     verification on (it always is: BLAKE3 parts, the default manifest, or SHA-256 with
@@ -28,16 +29,19 @@ N = 1 loads one file of the model (a whole-model load at one capped connection w
 the run's time); the other N load every file. Every result is checked byte for byte against the
 source (outside the timed window). Printed per N: median GB/s, % of N x R, median CPU-s/GB of
 the client's process (all threads; interpreter start and imports excluded for the Python
-clients, s5cmd's whole process counted), connections opened, and gem-load's ratios. Then a warm
-node-cache load against `cat` + `sync` of the same files.
+clients, s5cmd's whole process counted), connections opened, and gem-load's ratios against each
+peer: the geometric mean over paired runs (run i of both in repetition i) with a 95 % bootstrap
+interval. Then a warm node-cache load against `cat` + `sync` of the same files, and the issue's
+targets: one passes only when its whole interval is on the right side (a tie is not a pass); the
+exit status is 0 only when all pass. --max-reps repeats the N that are still level.
 
 Peers are installed by this script into their own virtualenv (--peers-venv; it sees the main
 environment's packages, torch included, through a .pth file, so no second torch is downloaded);
 a peer that cannot be installed is skipped with a message. CPU-seconds per GB hold on a shared
 machine; throughput does not: read the load average printed at start and end.
 
-    python bench/loader_peers.py                 # 512 MB, about 10 minutes on 2 shared cores
-    python bench/loader_peers.py --size 1.6GB    # the full-size model
+    python bench/loader_peers.py                 # 512 MB, about 12 minutes on 2 shared cores
+    python bench/loader_peers.py --size 1.6GB    # the full-size model, about 25 minutes
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import struct
@@ -85,6 +90,9 @@ ENV = {
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 RESULT = "RESULT "
+BOOTSTRAP = 10_000
+MIN_PAIRS = 4
+"""Fewer pairs give no interval: a percentile bootstrap over 3 runs has 10 distinct means."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,8 +226,6 @@ class Sample:
     conns: int
     first_conn: float
     """Seconds from the start of the timed window until nginx accepted the client's first connection."""
-    phase: float
-    """Fraction of a second at which nginx accepted the connection that carried the most bytes."""
 
 
 @dataclass
@@ -324,7 +330,6 @@ class Bench:
                 + " ms)"
             )
         first_conn = min((a for a, _ in mine), default=math.nan) - t0
-        paced = max(mine, key=lambda x: x[1])[0] if mine else math.nan
         if not tool.startswith("runai"):  # the streamer checked its tensors itself
             for f in files:
                 if sha256_file(dest / f) != self.hashes[f]:
@@ -333,7 +338,7 @@ class Bench:
             if extra:
                 raise RuntimeError(f"{tool} N={n}: unexpected files in DEST: {extra}")
         shutil.rmtree(dest, ignore_errors=True)
-        return Sample(wall, cpu, conns, first_conn, paced - math.floor(paced))
+        return Sample(wall, cpu, conns, first_conn)
 
     def tools(self) -> list[str]:
         out = ["gem-load", "gem-load@base"] if self.args.baseline_src else ["gem-load"]
@@ -353,15 +358,64 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def paired_ratio(gem: list[float], peer: list[float], rng: random.Random) -> tuple[float, float, float]:
+    """Geometric mean of peer/gem over paired repetitions (run i of each came in the same
+    repetition, so load from elsewhere on the machine hits both alike), with a 95 % percentile
+    bootstrap interval over the pairs (BOOTSTRAP resamples)."""
+    logs = [math.log(p / g) for g, p in zip(gem, peer, strict=False)]
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs))) for _ in range(BOOTSTRAP))
+    lo, hi = means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]
+    return math.exp(statistics.fmean(logs)), math.exp(lo), math.exp(hi)
+
+
+def verdict(lo: float, hi: float, bound: float, higher_is_better: bool = True) -> str:
+    """PASS only when the whole interval is on the target's side of `bound`: a tie is not shown."""
+    if math.isnan(lo):
+        return f"too few runs (an interval needs {MIN_PAIRS} pairs)"
+    good, bad = (lo >= bound, hi < bound) if higher_is_better else (hi <= bound, lo > bound)
+    return "PASS" if good else "FAIL" if bad else "level (interval holds the bound)"
+
+
+@dataclass
+class Comparison:
+    """gem-load against one peer at one N: throughput and CPU-per-GB ratios with intervals."""
+
+    tool: str
+    n: int
+    pairs: int
+    speed: tuple[float, float, float]  # gem-load's throughput / the peer's (= peer wall / gem wall)
+    cpu: tuple[float, float, float]  # gem-load's CPU per GB / the peer's
+
+
+def compare(b: Bench, tool: str, n: int) -> Comparison | None:
+    gem, peer = b.results.get(("gem-load", n)), b.results.get((tool, n))
+    if not gem or not peer:
+        return None
+    pairs = min(len(gem), len(peer))
+    if pairs < MIN_PAIRS:
+        nan = (math.nan, math.nan, math.nan)
+        speed = (median([p.wall for p in peer]) / median([g.wall for g in gem]), math.nan, math.nan)
+        return Comparison(tool, n, pairs, speed, nan)
+    rng = random.Random(f"{tool}/{n}")
+    speed = paired_ratio([g.wall for g in gem], [p.wall for p in peer], rng)
+    g_cpu, p_cpu = [g.cpu for g in gem], [p.cpu for p in peer]
+    cpu = paired_ratio(p_cpu, g_cpu, rng)  # gem / peer
+    return Comparison(tool, n, pairs, speed, cpu)
+
+
+def fmt(r: tuple[float, float, float]) -> str:
+    mid, lo, hi = r
+    return f"{mid:.2f}x" if math.isnan(lo) else f"{mid:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+
 def report(b: Bench, streams: list[int], rate: int) -> None:
-    """Medians per (N, client). `% of N*R` is the issue's yardstick; nginx's limiter also lets each
-    connection read its first second up front (R*(t+1)), so `vs limiter` divides by N*R*(t+1)."""
+    """Medians per (N, client), then gem-load's paired ratios against each peer with their
+    intervals. `% of N*R` is the issue's yardstick: the cap allows no more (see start_nginx)."""
     print(
-        "\n   N  client         GB/s  % of N*R  vs limiter  CPU-s/GB  conns  1st conn  runs"
-        "  | gem-load vs it: throughput  CPU/GB"
+        "\n   N  client         GB/s  % of N*R  CPU-s/GB  conns  1st conn  runs"
+        "  | gem-load vs it (95 % interval): throughput     CPU/GB"
     )
     for n in streams:
-        gem = b.results.get(("gem-load", n))
         for tool in b.tools():
             runs = b.results.get((tool, n))
             if not runs:
@@ -369,58 +423,50 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
             gb = b.nbytes(n) / 1e9
             rate_gb = median([gb / s.wall for s in runs])
             cpu = median([s.cpu / gb for s in runs])
-            wall = median([s.wall for s in runs])
             conns = int(median([float(s.conns) for s in runs]))
             first = median([s.first_conn for s in runs])
             line = (
-                f"{n:4d}  {tool:<13} {rate_gb:5.3f}  {rate_gb * 1e9 / (n * rate):8.1%}"
-                f"  {gb * 1e9 / (n * rate * (wall + 1)):10.1%}  {cpu:8.2f}  {conns:5d}"
+                f"{n:4d}  {tool:<13} {rate_gb:5.3f}  {rate_gb * 1e9 / (n * rate):8.1%}  {cpu:8.2f}  {conns:5d}"
                 f"  {first * 1e3:5.0f} ms  {len(runs):4d}  |"
             )
-            if gem and tool != "gem-load":
-                g_rate = median([gb / s.wall for s in gem])
-                g_cpu = median([s.cpu / gb for s in gem])
-                line += f"  {g_rate / rate_gb:25.2f}x  {g_cpu / cpu:5.2f}x"
+            c = compare(b, tool, n) if tool != "gem-load" else None
+            if c:
+                line += f"  {fmt(c.speed):>30}  {fmt(c.cpu):>20}"
             print(line)
         print()
 
 
-def report_one_connection(b: Bench) -> None:
-    """N = 1 with the limiter's draw taken out of each run.
+def targets(b: Bench, streams: list[int], rate: int) -> list[tuple[str, str]]:
+    """The issue's targets that this run's clients and N cover, each with its verdict."""
+    out: list[tuple[str, str]] = []
+    for n in streams:
+        c = compare(b, "s5cmd", n)
+        if c and n >= 8:
+            out.append((f"throughput >= 1.0x s5cmd at N = {n}: {fmt(c.speed)}", verdict(*c.speed[1:], 1.0)))
+        if c:
+            out.append((f"CPU per GB <= 1.5x s5cmd's at N = {n}: {fmt(c.cpu)}", verdict(*c.cpu[1:], 1.5, False)))
+        c = compare(b, "runai", n)
+        if c:
+            what = f"throughput >= 1.0x the Run:ai streamer at N = {n}: {fmt(c.speed)}"
+            out.append((what, verdict(*c.speed[1:], 1.0)))
+    one = b.results.get(("gem-load", 1))
+    if one:
+        share = median([b.nbytes(1) / s.wall for s in one]) / rate
+        what = f">= 95 % of the per-connection cap at N = 1: {share:.1%} (median)"
+        out.append((what, "PASS" if share >= 0.95 else "FAIL"))
+    return out
 
-    nginx's stream limiter lets a connection have R x (whole seconds since it was accepted + 1)
-    bytes, so a load bound by one capped connection ends on a whole-second tick counted from the
-    second nginx accepted it. Its wall time is c - frac(a) + K + tail: c from the start of the
-    timed window to the accept, frac(a) the fraction of a second at which the accept fell
-    (uniform over runs, nothing the client does), K whole seconds set by the bytes, tail the
-    client's work after the last byte. That draw spreads one client's runs over a second, more than
-    the clients differ by. Adding frac(a) - 1/2 to each run replaces it by its mean: the same
-    expected time, with only the clients' own spread left; the median of the corrected runs is
-    printed beside the raw median (a process's first run, on cold caches, can connect 0.2 s late).
-    """
-    rows = {t: b.results[(t, 1)] for t in b.tools() if b.results.get((t, 1))}
-    if not rows:
-        return
 
-    def corrected(runs: list[Sample]) -> list[float]:
-        return [s.wall + s.phase - 0.5 for s in runs if math.isfinite(s.phase)]
-
-    print("N = 1, the limiter's phase taken out (see report_one_connection):")
-    print("  client         raw median s  phase-corrected median s (sd)  1st conn  | gem-load vs it")
-    gem = corrected(rows["gem-load"]) if "gem-load" in rows else []
-    for tool, runs in rows.items():
-        xs = corrected(runs)
-        if not xs:
-            continue
-        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-        line = (
-            f"  {tool:<13}  {median([s.wall for s in runs]):12.3f}  {median(xs):19.3f} ({sd:.3f})"
-            f"  {median([s.first_conn for s in runs]) * 1e3:6.0f} ms  |"
-        )
-        if gem and tool != "gem-load":
-            line += f"  {median(xs) / median(gem):.3f}x"
-        print(line)
-    print()
+def undecided(b: Bench, streams: list[int]) -> list[int]:
+    """The N whose throughput targets are still level (their interval holds 1.0)."""
+    out = []
+    for n in streams:
+        for tool in ("s5cmd", "runai"):
+            c = compare(b, tool, n)
+            if c and (tool == "runai" or n >= 8) and verdict(*c.speed[1:], 1.0).startswith("level"):
+                out.append(n)
+                break
+    return out
 
 
 def per_source(b: Bench, moto_port: int, http_port: int) -> None:
@@ -468,7 +514,7 @@ def per_source(b: Bench, moto_port: int, http_port: int) -> None:
     print(f"gem-load per source, uncapped, {n} streams: " + "; ".join(parts))
 
 
-def warm_cache(b: Bench) -> None:
+def warm_cache(b: Bench) -> float:
     """A warm node-cache load (copy + fsync into DEST, the entry trusted by its verified marker)
     against `cat` of the same bytes into files + `sync` of them."""
     cache, dest = b.work / "cache", b.work / "warm"
@@ -504,9 +550,10 @@ def warm_cache(b: Bench) -> None:
         f"vs cat + sync {cat:.2f}s ({gb / cat:.2f} GB/s): {warm / cat:.2f}x"
     )
     shutil.rmtree(dest, ignore_errors=True)
+    return warm / cat
 
 
-def main_run(args: argparse.Namespace) -> None:
+def main_run(args: argparse.Namespace) -> int:
     from gem_workloads.loader.manifest import Manifest, build_manifest, parse_size
 
     size, rate = int(parse_size(args.size, "--size")), int(args.rate_mb * 1e6)
@@ -569,26 +616,35 @@ def main_run(args: argparse.Namespace) -> None:
         )
         b = Bench(args, work, data, names, hashes, sizes, f"http://127.0.0.1:{port}", log, peer_py, missing)
         tools = b.tools()
-        for rep in range(args.reps):
+        rep, todo = 0, streams
+        while todo:
             order = tools[rep % len(tools) :] + tools[: rep % len(tools)]
-            for n in streams:
+            for n in todo:
                 for tool in order:
                     s = b.run_one(tool, n)
                     b.results.setdefault((tool, n), []).append(s)
                     if args.verbose:
                         print(
                             f"  rep {rep} N={n:3d} {tool:<12} {s.wall:6.2f}s  cpu {s.cpu:6.2f}s  conns {s.conns}"
-                            f"  first conn +{s.first_conn * 1e3:.0f} ms  limiter phase {s.phase:.3f}"
+                            f"  first conn +{s.first_conn * 1e3:.0f} ms"
                         )
-            print(f"repetition {rep + 1}/{args.reps} done, load average {os.getloadavg()[0]:.1f}", flush=True)
+            rep += 1
+            print(f"repetition {rep} (N = {todo}) done, load average {os.getloadavg()[0]:.1f}", flush=True)
+            todo = streams if rep < args.reps else undecided(b, streams) if rep < args.max_reps else []
+            if rep >= args.reps and todo:
+                print(f"  throughput still level with a peer at N = {todo}: one more repetition there")
         print("(byte-identical to the source: every run of every client)")
         report(b, streams, rate)
-        if 1 in streams:
-            report_one_connection(b)
         per_source(b, moto_port, http_port)
+        checks = targets(b, streams, rate)
         if not args.no_cache:
-            warm_cache(b)
+            ratio = warm_cache(b)
+            checks.append((f"warm node cache <= 1.0x cat + sync: {ratio:.2f}x", "PASS" if ratio <= 1.0 else "FAIL"))
+        print("\ntargets (PASS: the whole 95 % interval on the target's side):")
+        for what, result in checks:
+            print(f"  {result:<5} {what}")
         print(f"load average at end: {os.getloadavg()}")
+        return 0 if all(result == "PASS" for _, result in checks) else 1
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -607,7 +663,14 @@ def main() -> None:
     p.add_argument("--rate-mb", type=float, default=20.0, help="per-connection cap R in MB/s (default 20)")
     p.add_argument("--streams", default="1,8,16,32", help="connection counts N (default 1,8,16,32)")
     p.add_argument("--part-size", default="16MiB", help="manifest part = ranged GET size for every client")
-    p.add_argument("--reps", type=int, default=3, help="repetitions, interleaved (default 3)")
+    p.add_argument("--reps", type=int, default=4, help="repetitions, interleaved (default 4)")
+    p.add_argument(
+        "--max-reps",
+        type=int,
+        default=0,
+        help="after --reps, repeat the N where gem-load's throughput interval against s5cmd or the Run:ai "
+        "streamer still holds 1.0, up to this many repetitions in all (default: no more)",
+    )
     p.add_argument(
         "--algorithm",
         default="blake3",
@@ -638,7 +701,7 @@ def main() -> None:
     for path in (NGINX, STREAM_MODULE):
         if not os.path.exists(path):
             sys.exit(f"{path} is missing: apt-get install nginx-light libnginx-mod-stream")
-    main_run(args)
+    sys.exit(main_run(args))
 
 
 if __name__ == "__main__":
