@@ -380,9 +380,6 @@ def verdict(lo: float, hi: float, bound: float, higher_is_better: bool = True) -
 class Comparison:
     """gem-load against one peer at one N: throughput and CPU-per-GB ratios with intervals."""
 
-    tool: str
-    n: int
-    pairs: int
     speed: tuple[float, float, float]  # gem-load's throughput / the peer's (= peer wall / gem wall)
     cpu: tuple[float, float, float]  # gem-load's CPU per GB / the peer's
 
@@ -395,12 +392,12 @@ def compare(b: Bench, tool: str, n: int) -> Comparison | None:
     if pairs < MIN_PAIRS:
         nan = (math.nan, math.nan, math.nan)
         speed = (median([p.wall for p in peer]) / median([g.wall for g in gem]), math.nan, math.nan)
-        return Comparison(tool, n, pairs, speed, nan)
+        return Comparison(speed, nan)
     rng = random.Random(f"{tool}/{n}")
     speed = paired_ratio([g.wall for g in gem], [p.wall for p in peer], rng)
     g_cpu, p_cpu = [g.cpu for g in gem], [p.cpu for p in peer]
     cpu = paired_ratio(p_cpu, g_cpu, rng)  # gem / peer
-    return Comparison(tool, n, pairs, speed, cpu)
+    return Comparison(speed, cpu)
 
 
 def fmt(r: tuple[float, float, float]) -> str:
@@ -436,19 +433,24 @@ def report(b: Bench, streams: list[int], rate: int) -> None:
         print()
 
 
+def throughput_targets(b: Bench, n: int) -> list[tuple[str, str]]:
+    """The issue's throughput targets at N: s5cmd's from N = 8 on, the Run:ai streamer's at every N."""
+    out = []
+    for tool, name in (("s5cmd", "s5cmd"), ("runai", "the Run:ai streamer")):
+        c = compare(b, tool, n)
+        if c and (tool == "runai" or n >= 8):
+            out.append((f"throughput >= 1.0x {name} at N = {n}: {fmt(c.speed)}", verdict(*c.speed[1:], 1.0)))
+    return out
+
+
 def targets(b: Bench, streams: list[int], rate: int) -> list[tuple[str, str]]:
     """The issue's targets that this run's clients and N cover, each with its verdict."""
     out: list[tuple[str, str]] = []
     for n in streams:
+        out += throughput_targets(b, n)
         c = compare(b, "s5cmd", n)
-        if c and n >= 8:
-            out.append((f"throughput >= 1.0x s5cmd at N = {n}: {fmt(c.speed)}", verdict(*c.speed[1:], 1.0)))
         if c:
             out.append((f"CPU per GB <= 1.5x s5cmd's at N = {n}: {fmt(c.cpu)}", verdict(*c.cpu[1:], 1.5, False)))
-        c = compare(b, "runai", n)
-        if c:
-            what = f"throughput >= 1.0x the Run:ai streamer at N = {n}: {fmt(c.speed)}"
-            out.append((what, verdict(*c.speed[1:], 1.0)))
     one = b.results.get(("gem-load", 1))
     if one:
         share = median([b.nbytes(1) / s.wall for s in one]) / rate
@@ -459,14 +461,7 @@ def targets(b: Bench, streams: list[int], rate: int) -> list[tuple[str, str]]:
 
 def undecided(b: Bench, streams: list[int]) -> list[int]:
     """The N whose throughput targets are still level (their interval holds 1.0)."""
-    out = []
-    for n in streams:
-        for tool in ("s5cmd", "runai"):
-            c = compare(b, tool, n)
-            if c and (tool == "runai" or n >= 8) and verdict(*c.speed[1:], 1.0).startswith("level"):
-                out.append(n)
-                break
-    return out
+    return [n for n in streams if any(v.startswith("level") for _, v in throughput_targets(b, n))]
 
 
 def per_source(b: Bench, moto_port: int, http_port: int) -> None:
