@@ -161,3 +161,21 @@ def test_newest_checkpoint_is_reported_in_the_termination_message(tmp_path: Path
     assert json.loads(log.read_text()) == {"checkpoint": "step-000400"}
     assert not report_checkpoint(None, str(log))
     assert not report_checkpoint(tmp_path / "x" / "step-1", str(tmp_path / "missing-dir" / "log"))
+
+
+def test_a_worker_process_ends_without_finalization_but_keeps_its_output_and_exit_code() -> None:
+    """os._exit skips the interpreter's teardown (where torch's C++ threads can abort a finished run),
+    so the helper must flush what the run printed and pass on its code."""
+    script = (
+        "import logging, sys\n"
+        "from gem_workloads.training.trainer import exit_without_teardown\n"
+        "logging.basicConfig(stream=sys.stderr)\n"
+        "print('{\"event\": \"done\"}', end='')\n"  # no newline: still in stdout's buffer
+        "logging.getLogger('t').warning('kept')\n"
+        "import atexit; atexit.register(print, 'finalized')\n"
+        "exit_without_teardown(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3
+    assert proc.stdout == '{"event": "done"}'  # flushed, and no atexit handler ran
+    assert "kept" in proc.stderr

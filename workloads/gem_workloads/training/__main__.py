@@ -128,4 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "gem_workloads.training.trainer" in sys.modules:  # a worker ran (or spawned) here
+        from .trainer import exit_without_teardown
+
+        exit_without_teardown(code)
+    sys.exit(code)

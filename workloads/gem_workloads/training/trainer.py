@@ -33,6 +33,7 @@ Parallelism as implemented here (``--model kunlun``; modules in parentheses):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import numpy as np
 import torch
@@ -550,9 +551,37 @@ def report_checkpoint(latest: str | Path | None, path: str | None = None) -> boo
     return True
 
 
+def exit_without_teardown(code: int) -> NoReturn:
+    """End a process that trained: flush what it printed, then exit without interpreter finalization.
+
+    Why: torch's C++ threads (gloo's workers) can still be dropping their last references to
+    tensors while the interpreter finalizes. Python <= 3.13 ends a thread that asks for the GIL
+    then with pthread_exit, whose unwinding through a C++ destructor aborts the process
+    ("terminate called without an active exception", SIGABRT): a run that finished and saved its
+    checkpoint would be reported failed and restarted. Everything durable is done by this point
+    (checkpoints complete in their store, the termination message written, the process group
+    destroyed), so nothing is lost by skipping finalization.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to save
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 def spawned_worker(local_rank: int, args: TrainArgs, env: TrainingEnv) -> None:
-    """``torch.multiprocessing.spawn`` target (first argument: the local rank)."""
+    """``torch.multiprocessing.spawn`` target (first argument: the local rank). Returns only by
+    raising: spawn reports the exception; success ends the child here (:func:`exit_without_teardown`)."""
     run_worker(args, env, local_rank)
+    exit_without_teardown(0)
 
 
-__all__ = ["TrainArgs", "Trainer", "masked_bce", "report_checkpoint", "run_worker", "spawned_worker"]
+__all__ = [
+    "TrainArgs",
+    "Trainer",
+    "exit_without_teardown",
+    "masked_bce",
+    "report_checkpoint",
+    "run_worker",
+    "spawned_worker",
+]
