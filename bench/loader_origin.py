@@ -167,18 +167,25 @@ def wait_port(port: int, deadline_s: float = 30.0) -> None:
     raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
 
 
+def stream_buffer(rate: int) -> int:
+    """The stream proxy's buffer that makes `proxy_download_rate` a steady cap, as on a shaped link.
+
+    After each read of n bytes the stream proxy waits n / rate, in whole milliseconds. With its
+    default 16 KiB buffer that wait rounds to 0 ms at 20 MB/s and only its other check binds,
+    R x (whole seconds since the accept + 1) bytes in all: a first-second burst, idle time paid
+    back later, and runs that end on a whole-second tick, up to a second apart for the same
+    client. A buffer of `rate` x 16 ms makes every read wait its own bytes' time.
+    """
+    return max(16384, rate * 16 // 1000)
+
+
 def start_nginx(work: Path, upstream: int, rate: int, data: Path) -> tuple[subprocess.Popen[bytes], int, int, Path]:
     """nginx's stream proxy capping every TCP connection at `rate` bytes/s (one log line per
     connection), in front of an nginx http proxy to moto that keeps client connections alive; and
     an uncapped http server of the model's directory (the HTTP source's cost).
 
-    The cap is a steady `rate`, as on a shaped link: after each read of n bytes the stream proxy
-    waits n / rate, in whole milliseconds. With its default 16 KiB buffer that wait rounds to 0 ms
-    at 20 MB/s and only its other check binds, R x (whole seconds since the accept + 1) bytes in
-    all: a first-second burst, idle time paid back later, and runs that end on a whole-second
-    tick, up to a second apart for the same client. A buffer of `rate` x 16 ms makes every read
-    wait its own bytes' time. The http hop's 256 KiB buffers (4 KiB by default) cut nginx's CPU
-    from about 3 to 1.3 CPU-s per GB, on the cores the clients use."""
+    The cap is a steady `rate` (see stream_buffer). The http hop's 256 KiB buffers (4 KiB by
+    default) cut nginx's CPU from about 3 to 1.3 CPU-s per GB, on the cores the clients use."""
     port, http_port, front = free_port(), free_port(), free_port()
     temps = "\n".join(f"  {k}_temp_path {work}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     log = work / "conns.log"
@@ -202,8 +209,8 @@ http {{
     listen 127.0.0.1:{http_port};
     root {data};
   }}
-  # Keeps each client connection alive across requests (moto's werkzeug closes every one, and a
-  # fresh connection per request would get the limiter's first-second allowance every time).
+  # Keeps each client connection alive across requests, as S3 does (moto's werkzeug closes every
+  # one: each request would cost a new connection, and the connection counts would mean nothing).
   server {{
     listen 127.0.0.1:{front} backlog=1024;
     client_max_body_size 0;
@@ -227,7 +234,7 @@ stream {{
     listen 127.0.0.1:{port} backlog=1024;
     proxy_pass 127.0.0.1:{front};
     proxy_download_rate {rate};
-    proxy_buffer_size {max(16384, rate * 16 // 1000)};
+    proxy_buffer_size {stream_buffer(rate)};
   }}
 }}
 """
