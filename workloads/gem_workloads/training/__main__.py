@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    if "gem_workloads.training.trainer" in sys.modules:  # a worker ran (or spawned) here
+    if "gem_workloads.training.trainer" in sys.modules:  # torch is loaded (and a worker may have run)
         from .trainer import exit_without_teardown
 
         exit_without_teardown(code)
