@@ -70,10 +70,10 @@ class Sampler(NullReporter):
             self.done += nbytes
             self.samples.append((time.monotonic() - self.t0, self.done))
 
-    def rates(self) -> tuple[float, int, float]:
-        """(end-to-end B/s up to the last byte, bytes, seconds)."""
+    def rates(self) -> tuple[float, float]:
+        """(end-to-end B/s up to the last byte, seconds)."""
         t_end, b_end = self.samples[-1]
-        return b_end / max(t_end, 1e-9), b_end, t_end
+        return b_end / max(t_end, 1e-9), t_end
 
 
 def make_data(root: Path, size: int, files: int) -> None:
@@ -226,7 +226,7 @@ async def main_async(args: argparse.Namespace) -> None:
         effs: list[float] = []
         for n in streams:
             s = await loader_run(capped, work / "dst", n, None, args.max_seconds)
-            e2e, _, secs = s.rates()
+            e2e, secs = s.rates()
             results[n] = e2e
             effs.append(e2e / (n * rate))
             print(
@@ -234,7 +234,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"  {secs:7.1f}  {s.cpu_per_gb():8.2f}  {done_s(s)}"
             )
         s = await loader_run(direct, work / "dst", max(streams), None, args.max_seconds)
-        ceiling, _, secs = s.rates()
+        ceiling, secs = s.rates()
         ceiling_cpu = s.cpu_per_gb()
         print(
             f"  {max(streams):7d}  {'unthrottled':>13}  {fmt(ceiling)}  {'':>6}  {secs:7.1f}"
@@ -243,7 +243,7 @@ async def main_async(args: argparse.Namespace) -> None:
         )
 
         b = boto3_run(capped, files, work / "boto3", args.max_seconds)
-        b_e2e, _, b_secs = b.rates()
+        b_e2e, b_secs = b.rates()
         default_n = PullConfig().streams
         ours = results.get(default_n, max(results.values()))
         best_n = max(results, key=lambda k: results[k])
