@@ -2,7 +2,7 @@
 
 Run:  python bench/autoscaling_replay.py [--plot bench/autoscaling_replay.png] [--json] [--quick]
 
-Every scenario is replayed by `gem_operator.autoscaling.replay.simulate` on simulated time (the
+Every scenario is replayed by `gem_operator.replay.engine.simulate` on simulated time (the
 same `policy.desired_replicas` the operator runs), with the service model's defaults: 200 cost
 units/s per replica, p99 knee near 80 % utilisation, replicas Ready 120 s after creation (30 s
 pod start + 90 s model load), GPUs held from creation. The policy reads SM active, the queue and
@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.replay import (
+from gem_operator.replay.engine import (
     HPA_RPS,
     POLICY,
     STATIC_PEAK,
@@ -77,13 +77,13 @@ from gem_operator.autoscaling.replay import (
     ReplayReport,
     Window,
     load_trace,
-    plot_report,
     run_pool,
     simulate,
     to_series,
 )
-from gem_operator.autoscaling.service_model import Pool, ServiceModel
-from gem_operator.autoscaling.traces import ScaleMode
+from gem_operator.replay.service_model import Pool, ServiceModel
+from gem_operator.replay.traces import ScaleMode
+from gem_testbed.plots.replay import plot_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"

@@ -28,8 +28,8 @@ import sys
 from autoscaling_replay import MODES, SERVICE, poisson_hour, rps_at_equal_gpu_hours, shared_trace  # bench/ on sys.path
 
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.replay import HPA_RPS, POLICY, STATIC_PEAK, simulate
-from gem_operator.autoscaling.service_model import ServiceModel, single_server_p99_curve
+from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, simulate
+from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
 
 FLEETS = {
     "batching": ServiceModel,

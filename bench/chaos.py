@@ -5,7 +5,7 @@ invariant count, and the fault runs' baseline is the same run at 0 % faults).
     python bench/chaos.py [--kill-points 200] [--rates 0,0.03,0.10] [--ha-rounds 6] [--pods 24]
 
 The operator runs as `gemop run` processes; the cluster, the fault proxy and the simulated kubelet
-are the test doubles (gem_operator.sim). Each section can be skipped with its count set to 0.
+are the test doubles (gem_testbed). Each section can be skipped with its count set to 0.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gem_operator.sim import chaos
+from gem_testbed.faults import chaos
 
 
 def main(argv: list[str] | None = None) -> int:

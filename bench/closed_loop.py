@@ -148,7 +148,7 @@ def print_gaps(report: dict[str, Any]) -> None:
 
 def segment_of(name: str, args: argparse.Namespace, need_rps: float, work: Path) -> tuple[Path, float, float]:
     """(trace, start minute, scale) of a named segment."""
-    from gem_operator.cli.loadtest import cut_segment
+    from gem_testbed.drivers.loadtest import cut_segment
 
     if name == "shared":
         peak = cut_segment(TRACE, args.start_minute, args.minutes, 1.0).peak_rps()
@@ -177,8 +177,8 @@ def rejudge(report: dict[str, Any], warm: int) -> None:
 
 def resimulate(path: Path, args: argparse.Namespace, need_rps: float, work: Path) -> int:
     """The fluid side again, with today's model, on the segments and measurements of a saved run."""
-    from gem_operator.autoscaling.replay import load_service
-    from gem_operator.cli.loadtest import cut_segment, simulate_segment
+    from gem_operator.replay.engine import load_service
+    from gem_testbed.drivers.loadtest import cut_segment, simulate_segment
 
     reports = json.loads(path.read_text())
     _, spec = load_service(SERVICE)
@@ -210,13 +210,13 @@ def main() -> int:
 
     import signal
 
-    from gem_operator.autoscaling.replay import load_service
+    from gem_operator.replay.engine import load_service
 
     def interrupt(*_: object) -> None:  # SIGTERM unwinds like Ctrl-C: every process started is stopped
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
-    from gem_operator.cli.loadtest import LoadtestOptions, device_service_model, run_loadtest, to_table
+    from gem_testbed.drivers.loadtest import LoadtestOptions, device_service_model, run_loadtest, to_table
 
     _, spec = load_service(SERVICE)
     model = device_service_model(spec, 16, 16, 30.0)

@@ -33,10 +33,10 @@ import yaml
 
 os.environ.setdefault("GEM_RESYNC_SECONDS", "1")
 
-from gem_operator.cli.demo import PEERING_NAME
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
+from gem_operator.fleet import dump_fleet, make_fleet
 from gem_operator.kube import KubeApi
-from gem_operator.sim.fleet import dump_fleet, make_fleet
+from gem_testbed.drivers.demo import PEERING_NAME
 
 JOB: dict[str, Any] = {
     "apiVersion": "gem.dev/v1alpha1",

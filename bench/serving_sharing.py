@@ -234,7 +234,7 @@ def main() -> int:
         profile = profile_from(rows, args.profile_candidates)
         try:
             sys.path.insert(0, str(ROOT / "operator"))
-            from gem_operator.autoscaling.service_model import ServiceModel
+            from gem_operator.replay.service_model import ServiceModel
 
             ServiceModel.from_mapping(profile, where="serving_sharing")
         except ImportError:

@@ -5,7 +5,7 @@
   ``kubectl`` only, as a user would. ``$KUBECONFIG`` alone never selects a real cluster, so
   ``pytest`` never touches the current context by accident; and a cluster that already holds
   GEMTraining/RankingService/SolarisPrecompute resources (in any namespace) is refused.
-* otherwise: the embedded cluster (``gem_operator.sim``) and the real kopf operator in a thread,
+* otherwise: the embedded cluster (``gem_testbed``) and the real kopf operator in a thread,
   reached over HTTP, exactly as the integration tests start them.
 
 ``GEM_E2E_BACKEND=embedded`` forces the embedded cluster; ``GEM_E2E_NAMESPACE`` (default
@@ -124,10 +124,10 @@ class EmbeddedBackend(Waiting):
 @contextlib.contextmanager
 def embedded_backend(namespace: str) -> Iterator[EmbeddedBackend]:
     from gem_operator.api.crd import gem_crds
-    from gem_operator.cli.demo import PEERING_NAME, peering_object
     from gem_operator.cli.operator import OperatorOptions, OperatorThread
-    from gem_operator.sim.cluster import EmbeddedCluster
-    from gem_operator.sim.lifecycle import LifecycleConfig
+    from gem_testbed.cluster import EmbeddedCluster
+    from gem_testbed.drivers.demo import PEERING_NAME, peering_object
+    from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
     lifecycle = LifecycleConfig(start_delay=0.05, ready_delay=0.05)
     saved = os.environ.get("KUBECONFIG")

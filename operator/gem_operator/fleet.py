@@ -1,4 +1,4 @@
-"""Simulated GPU fleets: ordinary `v1 Node` objects with topology labels and GPU capacity.
+"""What-if GPU fleets: ordinary `v1 Node` objects with topology labels and GPU capacity.
 
 A fleet is plain Node YAML so that the same file can feed `gemop plan`, the embedded
 cluster, and (by hand) a kind cluster. `make_fleet` generates regular fleets; `load_fleet`
@@ -20,7 +20,7 @@ CLIQUE = "nvidia.com/gpu.clique"
 RACK = "gem.dev/rack"
 BLOCK = "gem.dev/block"
 ZONE = "topology.kubernetes.io/zone"
-FLEETS_DIR = pathlib.Path(__file__).parent / "fleets"
+FLEETS_DIR = pathlib.Path(__file__).parent / "data" / "fleets"
 
 Node = dict[str, Any]
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
@@ -159,7 +159,7 @@ def parse_fleet(text: str, source: str = "fleet") -> list[Node]:
 
 
 def load_fleet(path: str | pathlib.Path) -> list[Node]:
-    """Load a fleet file; a bare name such as `demo` means a shipped fleet in `sim/fleets/`."""
+    """Load a fleet file; a bare name such as `demo` means a shipped fleet in `data/fleets/`."""
     candidate = pathlib.Path(path)
     if not candidate.exists() and (FLEETS_DIR / f"{path}.yaml").exists():
         candidate = FLEETS_DIR / f"{path}.yaml"

@@ -26,13 +26,13 @@ from typing import Any, Self, TypeVar
 import aiohttp.web
 import yaml
 
-from gem_operator.sim.crds import KOPF_PEERING_CRDS, load_crds
-from gem_operator.sim.emulator import CRD_RESOURCE, NAMESPACES, Emulator, start_http
-from gem_operator.sim.fleet import Node, load_fleet, validate_node
-from gem_operator.sim.lifecycle import NODES, LifecycleConfig, PodLifecycle
-from gem_operator.sim.network import ClusterNetwork
-from gem_operator.sim.objects import Obj
-from gem_operator.sim.processes import ProcessConfig, ProcessKubelet
+from gem_operator.fleet import Node, load_fleet, validate_node
+from gem_testbed.emulator import CRD_RESOURCE, NAMESPACES, Emulator, start_http
+from gem_testbed.emulator.crds import KOPF_PEERING_CRDS, load_crds
+from gem_testbed.emulator.objects import Obj
+from gem_testbed.kubelets.lifecycle import NODES, LifecycleConfig, PodLifecycle
+from gem_testbed.kubelets.network import ClusterNetwork
+from gem_testbed.kubelets.processes import ProcessConfig, ProcessKubelet
 
 T = TypeVar("T")
 FleetSource = str | pathlib.Path | Iterable[Mapping[str, Any]] | None

@@ -9,7 +9,7 @@ import pytest
 from gem_operator.api.kinds import kind_info
 from gem_operator.api.schema_check import validate_manifest
 from gem_operator.api.validation import MAX_DEPTH, InvalidSpec, parse_spec, too_deep
-from gem_operator.sim.malformed import CASES, Case, deep
+from gem_testbed.faults.malformed import CASES, Case, deep
 
 
 def test_the_corpus_covers_the_three_kinds() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gem_operator.autoscaling.report import HPA_RPS, POLICY, STATIC_PEAK, PoolResult, ReplayReport
-from gem_operator.autoscaling.service_model import ServiceModel
+from gem_operator.replay.report import HPA_RPS, POLICY, STATIC_PEAK, PoolResult, ReplayReport
+from gem_operator.replay.service_model import ServiceModel
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "autoscaling_replay.py"
 

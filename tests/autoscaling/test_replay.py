@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.replay import (
+from gem_operator.replay.engine import (
     HPA_RPS,
     POLICY,
     STATIC_PEAK,
@@ -22,18 +22,18 @@ from gem_operator.autoscaling.replay import (
     load_service,
     load_trace,
     main,
-    plot_report,
     run_replay,
     simulate,
     to_series,
 )
-from gem_operator.autoscaling.service_model import (
+from gem_operator.replay.service_model import (
     Pool,
     ProfileError,
     ServiceModel,
     interpolate,
     weighted_quantile,
 )
+from gem_testbed.plots.replay import plot_report
 
 # The shared Azure trace, shipped in the repo with its attribution (data/traces/README.md).
 SHARED = Path(__file__).resolve().parents[2] / "data" / "traces" / "azure-llm-2023-code.csv"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gem_operator.autoscaling.round_robin import RoundRobinQueues
+from gem_operator.replay.round_robin import RoundRobinQueues
 
 D = 0.2
 

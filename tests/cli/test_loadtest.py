@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gem_operator.autoscaling.replay import STATIC_PEAK, load_service, run_replay
-from gem_operator.autoscaling.service_model import Pool, weighted_quantile
 from gem_operator.cli import main
-from gem_operator.cli.loadtest import LoadtestError, cut_segment, device_service_model, pool_figures
-from gem_operator.sim.closed_loop import PoolRun, Sample
+from gem_operator.replay.engine import STATIC_PEAK, load_service, run_replay
+from gem_operator.replay.service_model import Pool, weighted_quantile
+from gem_testbed.drivers.closed_loop import PoolRun, Sample
+from gem_testbed.drivers.loadtest import LoadtestError, cut_segment, device_service_model, pool_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ROOT / "bench" / "loadtest-rankingservice.yaml"

@@ -12,8 +12,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from gem_operator.autoscaling.replay import replay_figure, run_replay
-from gem_operator.cli.demo import demo_figure
+from gem_operator.replay.engine import run_replay
+from gem_testbed.plots.demo import demo_figure
+from gem_testbed.plots.replay import replay_figure
 
 SERVICE = """\
 apiVersion: gem.dev/v1alpha1

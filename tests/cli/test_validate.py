@@ -10,7 +10,7 @@ import yaml
 
 from gem_operator.cli import main
 from gem_operator.cli.validate import run_validate
-from gem_operator.sim.malformed import CASES, sample
+from gem_testbed.faults.malformed import CASES, sample
 
 
 def write(path: Path, *docs: object) -> Path:

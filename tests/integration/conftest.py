@@ -12,10 +12,10 @@ import pytest
 os.environ.setdefault("GEM_RESYNC_SECONDS", "1")
 
 from gem_operator.api.crd import gem_crds
-from gem_operator.cli.demo import PEERING_NAME, peering_object
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.lifecycle import LifecycleConfig
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.drivers.demo import PEERING_NAME, peering_object
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
 FAST = LifecycleConfig(start_delay=0.05, ready_delay=0.05)
 

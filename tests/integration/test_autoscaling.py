@@ -11,8 +11,8 @@ from gem_operator.autoscaling.policy import PrecomputeSignals
 from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.cli.operator import OperatorThread
 from gem_operator.controllers.autoscaler import use_metric_sources
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.dcgm import SmActiveSimulator
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.servers.dcgm import SmActiveSimulator
 
 pytestmark = pytest.mark.integration
 GEM = "gem.dev/v1alpha1"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gem_operator.sim import chaos
-from gem_operator.sim.malformed import CASES
+from gem_testbed.faults import chaos
+from gem_testbed.faults.malformed import CASES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

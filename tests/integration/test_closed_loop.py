@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gem_operator.sim.closed_loop import ClosedLoop, Segment
-from gem_operator.sim.origin import NGINX, NginxOrigin, parse_rate
+from gem_testbed.drivers.closed_loop import ClosedLoop, Segment
+from gem_testbed.servers.origin import NGINX, NginxOrigin, parse_rate
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ROOT / "bench" / "loadtest-rankingservice.yaml"
@@ -47,7 +47,7 @@ def _segment() -> Segment:
 
 
 def _origin(tmp: Path) -> Path:
-    from gem_operator.cli.loadtest import prepare_origin
+    from gem_testbed.drivers.loadtest import prepare_origin
 
     return prepare_origin(tmp / "origin")
 

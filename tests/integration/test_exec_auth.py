@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from gem_operator.api.crd import gem_crds
-from gem_operator.cli.demo import PEERING_NAME, peering_object
-from gem_operator.sim.cluster import EmbeddedCluster
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.drivers.demo import PEERING_NAME, peering_object
 from tests.integration.conftest import FAST
 
 pytestmark = pytest.mark.integration

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gem_operator.cli.demo import PEERING_NAME
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.faults import FaultProxy, FaultSpec
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.drivers.demo import PEERING_NAME
+from gem_testbed.faults.proxy import FaultProxy, FaultSpec
 
 pytestmark = pytest.mark.integration
 SAMPLES = Path(__file__).resolve().parents[2] / "crds" / "samples"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gem_operator.cli.operator import OperatorThread
-from gem_operator.sim.cluster import EmbeddedCluster
+from gem_testbed.cluster import EmbeddedCluster
 
 pytestmark = pytest.mark.integration
 GEM = "gem.dev/v1alpha1"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gem_operator.sim.cluster import EmbeddedCluster
+from gem_testbed.cluster import EmbeddedCluster
 
 pytestmark = pytest.mark.integration
 SAMPLES = Path(__file__).resolve().parents[2] / "crds" / "samples"

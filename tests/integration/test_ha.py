@@ -20,8 +20,8 @@ from typing import IO
 import pytest
 import yaml
 
-from gem_operator.cli.demo import PEERING_NAME
-from gem_operator.sim.cluster import EmbeddedCluster
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.drivers.demo import PEERING_NAME
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SAMPLES = Path(__file__).resolve().parents[2] / "crds" / "samples"

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from gem_operator.api.crd import gem_crds
-from gem_operator.cli.demo import PEERING_NAME, peering_object
 from gem_operator.cli.operator import OperatorThread
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.crds import load_crds
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.drivers.demo import PEERING_NAME, peering_object
+from gem_testbed.emulator.crds import load_crds
 
 from .conftest import FAST
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gem_operator.cli.demo import PEERING_NAME
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
-from gem_operator.sim.cluster import EmbeddedCluster
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.drivers.demo import PEERING_NAME
 
 pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[2] / "crds" / "samples" / "gemtraining.yaml"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gem_operator.cli.operator import OperatorThread
-from gem_operator.sim.cluster import EmbeddedCluster
+from gem_testbed.cluster import EmbeddedCluster
 
 pytestmark = pytest.mark.integration
 SAMPLES = Path(__file__).resolve().parents[2] / "crds" / "samples"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from gem_operator.api.crd import gem_crds
-from gem_operator.cli.demo import PEERING_NAME, peering_object
 from gem_operator.cli.operator import OperatorThread
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.fleet import load_fleet
+from gem_operator.fleet import load_fleet
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.drivers.demo import PEERING_NAME, peering_object
 from tests.integration.conftest import FAST, EventWaiter
 
 pytestmark = pytest.mark.integration

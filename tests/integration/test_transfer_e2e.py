@@ -28,7 +28,7 @@ pytest.importorskip("torchrec")
 redis = pytest.importorskip("redis")
 
 from gem_operator.cli.operator import OperatorThread  # noqa: E402
-from gem_operator.sim.cluster import EmbeddedCluster  # noqa: E402
+from gem_testbed.cluster import EmbeddedCluster  # noqa: E402
 from gem_workloads.models import build_model, get_preset  # noqa: E402
 from gem_workloads.models.kunlun import KunlunModel  # noqa: E402
 from gem_workloads.models.model_dir import load_model_dir, save_model_dir  # noqa: E402

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
 WIDGET_CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",

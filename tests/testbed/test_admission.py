@@ -14,8 +14,9 @@ import pytest
 from gem_operator.api.crd import gem_crds
 from gem_operator.api.kinds import kind_info
 from gem_operator.api.schema_check import schema_errors
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
-from gem_operator.sim.malformed import CASES, Case, sample
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.faults.malformed import CASES, Case, sample
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
 pytestmark = pytest.mark.timeout(120)
 BASE = "/apis/gem.dev/v1alpha1/namespaces/default"

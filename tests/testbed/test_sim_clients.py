@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
 pytestmark = pytest.mark.timeout(60)
 

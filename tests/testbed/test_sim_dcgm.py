@@ -1,4 +1,4 @@
-"""The simulated dcgm-exporter and ranking-server queue (`gem_operator.sim.dcgm`)."""
+"""The simulated dcgm-exporter and ranking-server queue (`gem_testbed.servers.dcgm`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.policy import Observation, PodState, ScalerState, desired_replicas
 from gem_operator.autoscaling.sources import SimulatedSource
-from gem_operator.sim.dcgm import SmActiveSimulator
+from gem_testbed.servers.dcgm import SmActiveSimulator
 
 NS = "default"
 LABELS = {"gem.dev/instance": "ranker", "gem.dev/role": "server"}

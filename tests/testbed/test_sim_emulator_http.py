@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gem_operator.sim import EmbeddedCluster
+from gem_testbed.cluster import EmbeddedCluster
 
 pytestmark = pytest.mark.timeout(30)
 WIDGETS = "/apis/gem.dev/v1alpha1/namespaces/default/widgets"

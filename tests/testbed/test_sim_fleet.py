@@ -8,8 +8,18 @@ import pathlib
 import pytest
 import yaml
 
-from gem_operator.sim import FleetError, load_fleet, make_fleet
-from gem_operator.sim.fleet import BLOCK, CLIQUE, FLEETS_DIR, GPU, RACK, ZONE, parse_fleet
+from gem_operator.fleet import (
+    BLOCK,
+    CLIQUE,
+    FLEETS_DIR,
+    GPU,
+    RACK,
+    ZONE,
+    FleetError,
+    load_fleet,
+    make_fleet,
+    parse_fleet,
+)
 
 
 def _count(nodes: list[dict[str, object]], label: str) -> dict[str, int]:

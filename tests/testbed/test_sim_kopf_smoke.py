@@ -10,7 +10,8 @@ import kopf
 import pytest
 from kopf.testing import KopfRunner
 
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from gem_operator.controllers.status import model_load_seconds
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
 pytestmark = pytest.mark.timeout(30)
 PODS = "/api/v1/namespaces/default/pods"

@@ -21,10 +21,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
-from gem_operator.sim.network import URL_ANNOTATION
-from gem_operator.sim.processes import ProcessConfig
-from gem_operator.sim.prometheus import PrometheusServer
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
+from gem_testbed.kubelets.network import URL_ANNOTATION
+from gem_testbed.kubelets.processes import ProcessConfig
+from gem_testbed.servers.prometheus import PrometheusServer
 
 pytest.importorskip("torch")
 pytestmark = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gem_operator.sim.origin import NGINX, NginxOrigin, OriginError, parse_rate
+from gem_testbed.servers.origin import NGINX, NginxOrigin, OriginError, parse_rate
 
 pytestmark = pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx-light is not installed")
 

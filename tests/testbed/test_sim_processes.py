@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from gem_operator.sim import EmbeddedCluster, LifecycleConfig
-from gem_operator.sim.processes import PORTS_ANNOTATION, ProcessConfig
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
+from gem_testbed.kubelets.processes import PORTS_ANNOTATION, ProcessConfig
 
 SERVER = textwrap.dedent(
     """

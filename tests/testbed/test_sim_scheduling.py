@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from gem_operator.sim import make_fleet
-from gem_operator.sim.fleet import CLIQUE, GPU
-from gem_operator.sim.scheduling import choose_node, gpu_request
+from gem_operator.fleet import CLIQUE, GPU, make_fleet
+from gem_testbed.kubelets.scheduling import choose_node, gpu_request
 
 
 def pod(gpus: int = 0, **spec: Any) -> dict[str, Any]:

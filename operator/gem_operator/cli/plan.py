@@ -104,7 +104,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             nodes = load_nodes(Path(args.nodes))
             source = f"nodes from {args.nodes} ({len(nodes)} nodes)"
         else:
-            from gem_operator.sim.fleet import FleetError, load_fleet
+            from gem_operator.fleet import FleetError, load_fleet
 
             try:
                 nodes = [dict(n) for n in load_fleet(args.fleet)]

@@ -17,7 +17,10 @@ stabilisation windows stay realistic). What X times the load means is `--scale-m
   noise grow X-fold (the same trace swings +-45 % per second), smoothed by a centred 10 s mean
   (`--smooth-seconds`). The pessimistic reading: all extra users move together.
 
-The report header names the mode. Minutes before the first scaling decision can take effect
+The report header names the mode. `--plot` writes a PNG through the plotter the testbed extra
+declares (entry point group `gemop.plotters`); without it the command says what to install.
+
+Minutes before the first scaling decision can take effect
 (first sync + pod start + model load: 3 minutes with the defaults) are warm-up: their SLO
 violations are reported apart, and the violation share is over the minutes after them.
 
@@ -61,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gem_operator import plugins
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.policy import (
     LatencyReading,
@@ -71,10 +75,10 @@ from gem_operator.autoscaling.policy import (
     ScalerState,
     desired_replicas,
 )
-from gem_operator.autoscaling.replay_plot import plot_report, replay_figure
-from gem_operator.autoscaling.report import HPA_RPS, POLICY, POOLS, STATIC_PEAK, PoolResult, ReplayReport
-from gem_operator.autoscaling.service_model import Pool, ProfileError, ServiceModel, weighted_quantile
-from gem_operator.autoscaling.traces import (
+from gem_operator.autoscaling.trend import without_ramp_lead
+from gem_operator.replay.report import HPA_RPS, POLICY, POOLS, STATIC_PEAK, PoolResult, ReplayReport
+from gem_operator.replay.service_model import Pool, ProfileError, ServiceModel, weighted_quantile
+from gem_operator.replay.traces import (
     SCALE_MODES,
     TREND_SECONDS,
     Arrivals,
@@ -85,7 +89,6 @@ from gem_operator.autoscaling.traces import (
     load_trace,
     to_series,
 )
-from gem_operator.autoscaling.trend import without_ramp_lead
 
 Decide = Callable[[float, Pool, "Window"], int]
 
@@ -478,6 +481,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """`gemop replay` entry point. Returns the exit status (2 for bad input)."""
     args = build_parser().parse_args(argv)
+    plot_report = None
+    if args.plot:
+        plot_report, missing = plugins.load(plugins.PLOTTERS, "replay")
+        if plot_report is None:
+            print(f"gemop replay: --plot {missing}", file=sys.stderr)
+            return 2
     if args.plot and not Path(args.plot).expanduser().resolve().parent.is_dir():
         folder = Path(args.plot).expanduser().resolve().parent
         print(f"gemop replay: --plot {args.plot}: folder {folder} does not exist; create it first", file=sys.stderr)
@@ -502,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(report.to_table())
-    if args.plot:
+    if plot_report is not None:
         try:
             plot_report(report, args.plot)
         except OSError as exc:
@@ -528,8 +537,6 @@ __all__ = [
     "load_service",
     "load_trace",
     "main",
-    "plot_report",
-    "replay_figure",
     "run_pool",
     "run_replay",
     "simulate",

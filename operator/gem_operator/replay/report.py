@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gem_operator.autoscaling.service_model import ServiceModel
+from gem_operator.replay.service_model import ServiceModel
 
 POLICY = "policy"
 STATIC_PEAK = "static_peak"

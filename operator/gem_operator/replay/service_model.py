@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from gem_operator.autoscaling.round_robin import RoundRobinQueues
+from gem_operator.replay.round_robin import RoundRobinQueues
 
 Curve = tuple[tuple[float, float], ...]
 

@@ -1,6 +1,6 @@
 """One closed loop on one machine: the embedded cluster running a RankingService's pods as processes,
 Debian's Prometheus, the real operator (``gemop run``) and the real replayer, for `gemop loadtest`
-and its tests (see cli/loadtest.py for the figures and the command).
+and its tests (see drivers/loadtest.py for the figures and the command).
 
 `ClosedLoop` starts the cluster (process kubelet, Service front, node dcgm-exporters, file_sd),
 Prometheus on those targets and the operator subprocess; `apply` creates the RankingService
@@ -33,10 +33,10 @@ from gem_operator.autoscaling.policy import pod_states as policy_pod_states
 from gem_operator.autoscaling.trend import without_ramp_lead
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND, LABEL_ROLE
 from gem_operator.render.serving import ROLE_SERVER
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.lifecycle import LifecycleConfig
-from gem_operator.sim.processes import ProcessConfig, free_port
-from gem_operator.sim.prometheus import PrometheusServer
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
+from gem_testbed.kubelets.processes import ProcessConfig, free_port
+from gem_testbed.servers.prometheus import PrometheusServer
 
 GEM = "gem.dev/v1alpha1"
 

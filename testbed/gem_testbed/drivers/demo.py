@@ -24,15 +24,16 @@ from rich.table import Table
 from gem_operator.api.crd import gem_crds
 from gem_operator.api.kinds import KINDS, KindInfo, kind_info
 from gem_operator.autoscaling.observation import LatencyReading
-from gem_operator.autoscaling.service_model import ServiceModel
 from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.cli.operator import OperatorOptions, OperatorThread
 from gem_operator.cli.paths import samples_dir, trace_file
 from gem_operator.controllers.autoscaler import use_metric_sources
 from gem_operator.kube import KubeApi
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.dcgm import SmActiveSimulator
-from gem_operator.sim.lifecycle import LifecycleConfig
+from gem_operator.replay.service_model import ServiceModel
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
+from gem_testbed.plots.demo import plot_demo
+from gem_testbed.servers.dcgm import SmActiveSimulator
 
 # The repository's files when run in a checkout, else the copies shipped as package data.
 SAMPLES_DIR = samples_dir()
@@ -200,59 +201,6 @@ async def _summarise(console: Console, kube: KubeApi, tracked: Sequence[Tracked]
     console.print(events)
 
 
-def demo_figure(timeline: Sequence[tuple[float, float, int, int, float | None]], target: float | None = None) -> Any:
-    """Load on top; replicas (desired, ready) with the SM active they were scaled on beside them."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = [row[0] for row in timeline]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, constrained_layout=True)
-    ax1.plot(t, [row[1] for row in timeline], color="black", label="load (cost units/s)")
-    ax1.set_ylabel("load")
-    ax1.legend(loc="upper left", bbox_to_anchor=(1.08, 1.0), borderaxespad=0.0, fontsize=8)
-    ax2.step(t, [row[3] for row in timeline], where="post", label="desired replicas")
-    ax2.step(t, [row[2] for row in timeline], where="post", label="ready replicas")
-    ax2.set_ylabel("replicas")
-    ax2.set_xlabel("demo time (s); one trace minute per second")
-    sm = ax2.twinx()
-    sm.plot(
-        t,
-        [float("nan") if row[4] is None else row[4] for row in timeline],
-        color="tab:green",
-        marker=".",
-        lw=1.0,
-        label="SM active (mean, right axis)",
-    )
-    if target is not None:
-        sm.axhline(target, color="tab:green", ls=":", lw=1.0, label=f"targetSmActive {target:g}")
-    sm.set_ylim(0, 1.05)
-    sm.set_ylabel("SM active")
-    handles, labels = ax2.get_legend_handles_labels()
-    more_handles, more_labels = sm.get_legend_handles_labels()
-    ax2.legend(
-        handles + more_handles,
-        labels + more_labels,
-        loc="upper left",
-        bbox_to_anchor=(1.08, 1.0),
-        borderaxespad=0.0,
-        fontsize=8,
-    )
-    fig.suptitle("RankingService ads-ranker scaled on simulated DCGM_FI_PROF_SM_ACTIVE")
-    return fig
-
-
-def _plot(
-    timeline: Sequence[tuple[float, float, int, int, float | None]], path: Path, target: float | None = None
-) -> None:
-    import matplotlib.pyplot as plt
-
-    fig = demo_figure(timeline, target)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def _child_state(kind: str, obj: Mapping[str, Any]) -> str:
     status = obj.get("status") or {}
     spec = obj.get("spec") or {}
@@ -296,7 +244,7 @@ def trace_load_curve(trace: Path, seconds: int, peak: float, scale_mode: str = "
     then averaged per minute: one trace minute lasts one demo second, so the mode shows only through
     the per-minute means (independent users fill the trace's idle minutes at its 5-minute trend).
     """
-    from gem_operator.autoscaling.replay import load_trace, to_series
+    from gem_operator.replay.engine import load_trace, to_series
 
     arrivals = load_trace(trace)
     unit = to_series(arrivals, smooth_seconds=1, mode="duplicate")
@@ -448,7 +396,7 @@ def run_demo(
                     if plot is not None:
                         ranker = next((d for d in docs if d.get("kind") == "RankingService"), {})
                         target = ((ranker.get("spec") or {}).get("autoscaling") or {}).get("targetSmActive")
-                        _plot(timeline, plot, target)
+                        plot_demo(timeline, plot, target)
                         console.print(f"plot written to {plot}")
                 return tracked
             finally:

@@ -50,9 +50,9 @@ from typing import Any
 import yaml
 
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.replay import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
-from gem_operator.autoscaling.service_model import ServiceModel, single_server_p99_curve
-from gem_operator.sim.closed_loop import (
+from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
+from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
+from gem_testbed.drivers.closed_loop import (
     RPS_WINDOW_SECONDS,
     ClosedLoop,
     LoadtestError,
@@ -61,8 +61,9 @@ from gem_operator.sim.closed_loop import (
     hpa_rps_decider,
     python_env,
 )
-from gem_operator.sim.origin import NginxOrigin, OriginError, parse_rate
-from gem_operator.sim.prometheus import PrometheusError
+from gem_testbed.plots.loadtest import plot_loadtest
+from gem_testbed.servers.origin import NginxOrigin, OriginError, parse_rate
+from gem_testbed.servers.prometheus import PrometheusError
 
 # Seconds of load before any autoscaler acts (its windows fill with load, as in the replay).
 WARMUP_S = 35.0
@@ -289,7 +290,7 @@ def simulate_segment(
 ) -> dict[str, Any]:
     """`gemop replay` on the segment under each latency model, with the measured pod start and the
     static pool as sized by the load test. Returns {latency model: ReplayReport}."""
-    from gem_operator.autoscaling.replay import run_replay
+    from gem_operator.replay.engine import run_replay
 
     work.mkdir(parents=True, exist_ok=True)
     segment_file = segment.write_jsonl(work / "segment.jsonl")
@@ -423,30 +424,6 @@ def to_table(report: Mapping[str, Any]) -> str:
         f"violation minutes after the {report.get('warmup_minutes', 0)}-minute warm-up, warm-up ones as client/sim)"
     )
     return "\n".join(lines)
-
-
-def plot_loadtest(report: Mapping[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pools = [POLICY, *report.get("baselines", {})] if report.get("policy") else [*report.get("baselines", {})]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    rows = report["timeline"]
-    for pool in pools:
-        minutes = [row["minute"] for row in rows if pool in row]
-        ax1.plot(minutes, [row[pool]["replicas"] for row in rows if pool in row], label=pool)
-        ax2.plot(minutes, [row[pool]["p99_ms"] or float("nan") for row in rows if pool in row], label=pool)
-    ax2.axhline(report["slo_p99_ms"], color="red", linestyle="--", label="SLO")
-    ax1.set_ylabel("replicas held")
-    ax2.set_ylabel("client p99 (ms)")
-    ax2.set_xlabel("minute")
-    ax1.legend()
-    ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def add_parser(sub: Any) -> None:

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from gem_operator.api.crd import gem_crds
-from gem_operator.sim.cluster import EmbeddedCluster
-from gem_operator.sim.faults import FaultProxy, FaultSpec
-from gem_operator.sim.fleet import make_fleet
-from gem_operator.sim.lifecycle import LifecycleConfig
+from gem_operator.fleet import make_fleet
+from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.faults.proxy import FaultProxy, FaultSpec
+from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
 GEM = "gem.dev/v1alpha1"
 FAST = LifecycleConfig(start_delay=0.05, ready_delay=0.05)
@@ -509,7 +509,7 @@ def malformed(tmp: Path, cases: Sequence[Any] | None = None, *, timeout: float =
     import urllib.error
 
     from gem_operator.api.kinds import kind_info
-    from gem_operator.sim.malformed import CASES
+    from gem_testbed.faults.malformed import CASES
 
     report = MalformedReport()
     admitted: list[tuple[Any, str]] = []

@@ -15,13 +15,13 @@ import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gem_operator.sim.emulator import Emulator, Resource
-from gem_operator.sim.objects import Obj
-from gem_operator.sim.scheduling import FINISHED, choose_node
-from gem_operator.sim.workloads import reconcile_daemonset, reconcile_deployment, simulated_init_message
+from gem_testbed.emulator import Emulator, Resource
+from gem_testbed.emulator.objects import Obj
+from gem_testbed.kubelets.scheduling import FINISHED, choose_node
+from gem_testbed.kubelets.workloads import reconcile_daemonset, reconcile_deployment, simulated_init_message
 
 if TYPE_CHECKING:
-    from gem_operator.sim.processes import ProcessKubelet
+    from gem_testbed.kubelets.processes import ProcessKubelet
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class PodLifecycle:
         self, emulator: Emulator, config: LifecycleConfig | None = None, processes: ProcessKubelet | None = None
     ) -> None:
         self.emulator = emulator
-        self.processes = processes  # pods it handles run as local processes (sim/processes.py)
+        self.processes = processes  # pods it handles run as local processes (kubelets/processes.py)
         self.config = config or LifecycleConfig()
         self._wake = asyncio.Event()
         self._since: dict[str, float] = {}  # pod uid -> loop time of its last phase step

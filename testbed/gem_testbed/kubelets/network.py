@@ -34,10 +34,10 @@ from typing import Any
 import aiohttp
 import aiohttp.web
 
-from gem_operator.sim.emulator import Emulator, Resource
-from gem_operator.sim.objects import Obj
-from gem_operator.sim.pod_config import LOOPBACK
-from gem_operator.sim.processes import PORTS_ANNOTATION, ProcessKubelet
+from gem_testbed.emulator import Emulator, Resource
+from gem_testbed.emulator.objects import Obj
+from gem_testbed.kubelets.pod_config import LOOPBACK
+from gem_testbed.kubelets.processes import PORTS_ANNOTATION, ProcessKubelet
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from gem_operator.sim.emulator import Emulator, Resource
-from gem_operator.sim.objects import Obj
+from gem_testbed.emulator import Emulator, Resource
+from gem_testbed.emulator.objects import Obj
 
 SECRETS = Resource("", "v1", "secrets")
 CONFIGMAPS = Resource("", "v1", "configmaps")

@@ -49,9 +49,9 @@ from typing import Any
 
 import aiohttp
 
-from gem_operator.sim.emulator import Emulator, Resource
-from gem_operator.sim.objects import Obj
-from gem_operator.sim.pod_config import LOOPBACK, TERMINATION_LOG, ContainerConfigError, ContainerSetup
+from gem_testbed.emulator import Emulator, Resource
+from gem_testbed.emulator.objects import Obj
+from gem_testbed.kubelets.pod_config import LOOPBACK, TERMINATION_LOG, ContainerConfigError, ContainerSetup
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gem_operator.sim.fleet import GPU
-from gem_operator.sim.objects import Obj, Requirement, matches_requirement
+from gem_operator.fleet import GPU
+from gem_testbed.emulator.objects import Obj, Requirement, matches_requirement
 
 FINISHED = ("Succeeded", "Failed")
 

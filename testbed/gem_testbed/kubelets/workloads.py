@@ -13,8 +13,8 @@ import hashlib
 import json
 from typing import Any, Protocol
 
-from gem_operator.sim.objects import Obj, owned_by
-from gem_operator.sim.scheduling import FINISHED, affinity_matches, untolerated_taint
+from gem_testbed.emulator.objects import Obj, owned_by
+from gem_testbed.kubelets.scheduling import FINISHED, affinity_matches, untolerated_taint
 
 HASH_LABEL = "pod-template-hash"
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from gem_operator.autoscaling.report import HPA_RPS, POLICY, STATIC_PEAK, ReplayReport
+from gem_operator.replay.report import HPA_RPS, POLICY, STATIC_PEAK, ReplayReport
 
 
 def plot_report(

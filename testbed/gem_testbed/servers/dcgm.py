@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gem_operator.autoscaling.service_model import ServiceModel, fluid_step, interpolate
 from gem_operator.autoscaling.sources import SimulatedSource
-from gem_operator.sim.cluster import EmbeddedCluster
+from gem_operator.replay.service_model import ServiceModel, fluid_step, interpolate
+from gem_testbed.cluster import EmbeddedCluster
 
 LoadCurve = Callable[[float], float]  # seconds since start -> cost units per second
 

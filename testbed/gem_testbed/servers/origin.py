@@ -18,9 +18,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from gem_operator.sim.local_server import LocalServer
-from gem_operator.sim.pod_config import LOOPBACK
-from gem_operator.sim.processes import free_port
+from gem_testbed.kubelets.pod_config import LOOPBACK
+from gem_testbed.kubelets.processes import free_port
+from gem_testbed.servers.local_server import LocalServer
 
 NGINX = "/usr/sbin/nginx"
 _TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from gem_operator.sim.local_server import LocalServer
-from gem_operator.sim.pod_config import LOOPBACK
-from gem_operator.sim.processes import free_port
+from gem_testbed.kubelets.pod_config import LOOPBACK
+from gem_testbed.kubelets.processes import free_port
+from gem_testbed.servers.local_server import LocalServer
 
 PROMETHEUS = "/usr/bin/prometheus"
 
