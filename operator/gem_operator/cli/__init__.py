@@ -117,7 +117,7 @@ def _add_extra_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     """Subcommands other distributions declare; a placeholder for each testbed one not installed."""
     from gem_operator import plugins
 
-    for name in sorted(plugins.declared(plugins.COMMANDS).keys() | TESTBED_COMMANDS.keys()):
+    for name in [*TESTBED_COMMANDS, *sorted(plugins.declared(plugins.COMMANDS).keys() - TESTBED_COMMANDS.keys())]:
         add, missing = plugins.load(plugins.COMMANDS, name)
         if add is not None:
             add(sub)
