@@ -23,7 +23,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HOME=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib \
     PATH=/opt/venv/bin:${PATH}
 RUN groupadd --system --gid 65532 gem \
     && useradd --system --uid 65532 --gid 65532 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin gem

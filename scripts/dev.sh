@@ -66,12 +66,12 @@ python_env() {
 
 case "$mode" in
   demo)
-    python_env ""
+    python_env "testbed"
     exec "$venv/bin/gemop" demo "$@"
     ;;
   test)
     system_packages
-    python_env "workloads,dev"
+    python_env "workloads,dev,testbed"
     export PATH="$PWD/$venv/bin:$PATH"
     log "CRDs match the API types"
     gemop crds --check

@@ -1,4 +1,4 @@
-"""`gemop demo` and `gemop crds` from a non-editable install: a wheel built from the sources,
+"""`gemop demo` and `gemop crds` from a non-editable install: a wheel built from the sources (with the testbed),
 installed with --no-deps into a throwaway target directory (the shared environment is untouched),
 run from a folder outside any checkout."""
 
@@ -34,10 +34,11 @@ def test_package_data_copies_match_the_repository() -> None:
 def test_demo_and_crds_work_from_an_installed_wheel(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
-    # What the image's build context holds (.dockerignore): nothing else of the repository.
+    # What the image's build context holds (.dockerignore), plus the testbed that `gemop demo` needs
+    # (the `testbed` extra): nothing else of the repository.
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("operator", "workloads"):
+    for name in ("operator", "workloads", "testbed"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     pip = [sys.executable, "-m", "pip"]
     subprocess.run(
