@@ -1,4 +1,4 @@
-"""Autoscaling on GPU SM utilisation: pure policy, metric sources, trace replay.
+"""Autoscaling on GPU SM utilisation: pure policy and metric sources.
 
 - `policy`: the decision function (pure, time passed in) shared by the controller, `gemop replay`,
   `gemop demo` (through the controller) and the closed-loop load test: `desired_replicas(spec,
@@ -7,9 +7,9 @@
   on the effective SM target), `panic` (burst handling).
 - `sources`: where SM utilisation, queue and p99 latency come from (Prometheus HTTP API, or the
   embedded cluster).
-- `service_model`, `traces`, `replay`, `report`, `replay_plot`: drive the same policy on simulated
-  time against a trace (scale modes, warm-up, baselines) and report it.
+- `trend`: the ramp lead (a least-squares line over recent load).
 
-This package's `__init__` imports nothing so that importing the pure policy never pulls in
-aiohttp or matplotlib.
+The trace replay that drives this policy on simulated time (`gemop replay`) is `gem_operator.replay`,
+outside the runtime. This package's `__init__` imports nothing so that importing the pure policy
+never pulls in aiohttp.
 """
