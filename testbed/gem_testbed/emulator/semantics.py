@@ -39,6 +39,8 @@ def now_timestamp() -> str:
 class ApiSemantics(ObjectStore):
     """The store written as the API server writes: see the module docstring."""
 
+    # -- admission ---------------------------------------------------------------------------------
+
     def _admit(self, res: Any, obj: Obj, *, status: bool, strict: bool) -> Obj:
         """A custom resource as kube-apiserver stores it (pruned, defaulted, validated), or 422."""
         if res == CONFIGMAPS:
@@ -71,6 +73,8 @@ class ApiSemantics(ObjectStore):
 
     def _has_status(self, res: Any) -> bool:
         return "status" in self.info(res).subresources
+
+    # -- create ------------------------------------------------------------------------------------
 
     async def create_object(
         self, res: Any, obj: Obj, namespace: str | None = None, *, keep_status: bool = False
@@ -141,6 +145,8 @@ class ApiSemantics(ObjectStore):
             obj["status"] = {"phase": "Active", **(obj.get("status") or {})}
         elif res.group == "apps" and res.plural in ("deployments", "statefulsets", "replicasets"):
             obj["spec"] = {"replicas": 1, **(obj.get("spec") or {})}
+
+    # -- patch and scale ---------------------------------------------------------------------------
 
     async def patch_object(
         self,
@@ -287,6 +293,8 @@ class ApiSemantics(ObjectStore):
             return {}
         selector = dotted(obj, spec.label_selector_path)
         return {"selector": selector} if selector else {}
+
+    # -- delete and garbage collection -------------------------------------------------------------
 
     async def delete_object(self, res: Any, namespace: str | None, name: str, *, orphan: bool = False) -> Obj:
         """Delete now, or mark for deletion while finalizers remain; then collect dependents."""
