@@ -47,15 +47,19 @@ def declared(group: str) -> dict[str, str]:
 def load(group: str, name: str) -> tuple[Any, str | None]:
     """(the object, None), or (None, why it is unavailable) when no distribution provides it.
 
-    A module missing outside `gem_operator` (the testbed or one of its dependencies) means the
-    extra is not installed; any other error is a bug and propagates.
+    A module missing outside `gem_operator` (the testbed or one of its dependencies), or one that
+    refuses to load (kmock at another version than the pin), means the extra is not installed as
+    declared: the operator's own commands must still work then. A module missing inside
+    `gem_operator` is a bug and propagates.
     """
     value = declared(group).get(name)
     if value is None:
         return None, f"needs the testbed extra; install it: {TESTBED_INSTALL}"
     try:
         return importlib.metadata.EntryPoint(name=name, value=value, group=group).load(), None
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] == "gem_operator":
+    except ImportError as exc:
+        missing = isinstance(exc, ModuleNotFoundError)
+        if missing and (exc.name or "").partition(".")[0] == "gem_operator":
             raise
-        return None, f"needs the testbed extra (no module {exc.name!r}); install it: {TESTBED_INSTALL}"
+        why = f"no module {exc.name!r}" if missing else str(exc)
+        return None, f"needs the testbed extra ({why}); install it: {TESTBED_INSTALL}"

@@ -73,6 +73,19 @@ def test_a_declared_module_that_is_absent_reads_as_a_missing_extra(
     assert "no module 'gem_testbed_not_installed'" in capsys.readouterr().err
 
 
+def test_a_testbed_that_refuses_to_load_leaves_the_operator_commands_working(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As the emulator does when kmock is not the pinned version: an ImportError with a message.
+    (tmp_path / "refusing_testbed.py").write_text("raise ImportError('adapts kmock 0.8 internals; found kmock 0.9')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "declared", lambda group: {"demo": "refusing_testbed:add_demo"})
+    assert main(["version"]) == 0
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert "found kmock 0.9" in err and "gem-operator[testbed]" in err
+
+
 def test_a_broken_operator_import_is_not_mistaken_for_a_missing_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plugins, "declared", lambda group: {"demo": "gem_operator.no_such_module:add"})
     with pytest.raises(ModuleNotFoundError):
