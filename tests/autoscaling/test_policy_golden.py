@@ -36,6 +36,7 @@ from gem_operator.autoscaling.observation import (
 )
 from gem_operator.autoscaling.policy import Decision, desired_replicas
 from gem_operator.autoscaling.state import ScalerState
+from gem_operator.controllers.autoscaler import scaled_event
 
 GOLDEN = Path(__file__).parent / "data" / "policy_golden.jsonl"
 SYNCS = 20
@@ -209,6 +210,25 @@ def test_decisions_match_the_recorded_sequence(name: str, kind: str, overrides: 
     golden = _golden()
     for i, d in enumerate(run_sequence(kind, overrides, seed)):
         assert {"sequence": name, "sync": i, **summary(d)} == golden[(name, i)], f"{name} sync {i}"
+
+
+def parsed_event(current: int, desired: int, message: str) -> str:
+    """The event as it was made from the message alone: split on "; " after "current -> desired: "."""
+    verb = "Scaled up" if desired > current else "Scaled down"
+    _, sep, rest = message.partition(f"{current} -> {desired}: ")
+    clauses = [c.strip() for c in (rest if sep else message).split("; ") if c.strip()]
+    sentences = [f"{verb} from {current} to {desired} replicas."]
+    sentences += [c[0].upper() + c[1:] + ("" if c.endswith(".") else ".") for c in clauses]
+    return " ".join(sentences)
+
+
+@pytest.mark.parametrize(("name", "kind", "overrides", "seed"), SEQUENCES, ids=[s[0] for s in SEQUENCES])
+def test_events_read_as_before(name: str, kind: str, overrides: dict[str, Any], seed: int) -> None:
+    """The event renders the structured reasons; where no reason's own text holds "; " (none here:
+    a source's error text could), that is the sentence per clause the message used to be split into."""
+    for d in run_sequence(kind, overrides, seed):
+        if d.direction != "none":
+            assert scaled_event(d) == parsed_event(d.current_replicas, d.desired_replicas, d.message)
 
 
 def test_the_sequences_reach_every_kind_of_decision() -> None:
