@@ -3,7 +3,7 @@
 `measure_sm` turns fresh SM-active samples of Ready pods (plus the queue signal) into a
 measurement, or into a hold with the reason the data is unusable; `recommend_sm` sizes a
 measurement at a target. The policy measures once per sync and recommends once, at the target the
-SLO feedback arrives at (`pipeline.py`); `sm_signal` does both. See `policy.py` step 1.
+SLO feedback arrives at (`steps/measure.py`). See `policy.py` step 1.
 """
 
 from __future__ import annotations
@@ -86,19 +86,11 @@ class SmMeasurement:
         return self.ready - self.fresh
 
 
-def measure_sm(
-    spec: AutoscalingSpec,
-    obs: Observation,
-    now: float,
-    saturation: float | None,
-    last_queue: tuple[float, float] | None = None,
-    reading: MetricReading | None = None,
-    last_backlog: tuple[float, float] | None = None,
-) -> SmMeasurement | Signal:
-    """Measure the reading (`obs.metrics` unless `reading`, e.g. the panic window's samples), or
-    say why it cannot be used: a Signal that holds (recommendation None)."""
-    serving = [p.name for p in obs.pods if p.serving]
-    reading = obs.metrics if reading is None else reading
+def fresh_samples(
+    spec: AutoscalingSpec, obs: Observation, reading: MetricReading, serving: list[str], now: float
+) -> dict[str, PodSample] | Signal:
+    """The finite samples of the serving pods younger than `staleAfterSeconds`, or the hold that
+    says why there are none (source error, no replicas, no Ready pod, no sample, all stale)."""
     if reading.error is not None:
         return _hold("MetricsUnavailable", f"metric source failed: {reading.error}", reading.error, "SourceError")
     if not serving and not obs.pods and obs.current_replicas == 0:
@@ -116,13 +108,31 @@ def measure_sm(
         newest = sample.timestamp if newest is None else max(newest, sample.timestamp)
         if now - sample.timestamp <= stale_after:
             fresh[pod] = sample
-    if not fresh:
-        if newest is None:
-            msg = f"no samples for the {len(serving)} Ready pods"
-            return _hold("MetricsUnavailable", msg, msg, "MetricsMissing")
-        msg = f"newest sample is {now - newest:.0f}s old (staleAfterSeconds={stale_after})"
-        return _hold("MetricsUnavailable", msg, msg, "MetricsStale")
+    if fresh:
+        return fresh
+    if newest is None:
+        msg = f"no samples for the {len(serving)} Ready pods"
+        return _hold("MetricsUnavailable", msg, msg, "MetricsMissing")
+    msg = f"newest sample is {now - newest:.0f}s old (staleAfterSeconds={stale_after})"
+    return _hold("MetricsUnavailable", msg, msg, "MetricsStale")
 
+
+def measure_sm(
+    spec: AutoscalingSpec,
+    obs: Observation,
+    now: float,
+    saturation: float | None,
+    last_queue: tuple[float, float] | None = None,
+    reading: MetricReading | None = None,
+    last_backlog: tuple[float, float] | None = None,
+) -> SmMeasurement | Signal:
+    """Measure the reading (`obs.metrics` unless `reading`, e.g. the panic window's samples), or
+    say why it cannot be used: a Signal that holds (recommendation None)."""
+    serving = [p.name for p in obs.pods if p.serving]
+    fresh = fresh_samples(spec, obs, obs.metrics if reading is None else reading, serving, now)
+    if isinstance(fresh, Signal):
+        return fresh
+    stale_after = spec.metrics.stale_after_seconds
     values = [max(0.0, s.value) for s in fresh.values()]
     sm_usage = sum(values)
     sm_avg = sm_usage / len(values)
@@ -230,22 +240,6 @@ def recommend_sm(
         want = min(current, ceil_(ready * adj) + max(0, current - ready))
         return out("LowSmActive", want, f"{base}: {want} replicas")
     return out("WithinTolerance", current, f"{base}: inside the tolerance band")
-
-
-def sm_signal(
-    spec: AutoscalingSpec,
-    obs: Observation,
-    now: float,
-    saturation: float | None,
-    last_queue: tuple[float, float] | None = None,
-    target: float | None = None,
-    reading: MetricReading | None = None,
-    last_backlog: tuple[float, float] | None = None,
-    tolerance_up: float | None = None,
-) -> Signal:
-    """`measure_sm` then `recommend_sm`: the recommendation of one reading at one target."""
-    measured = measure_sm(spec, obs, now, saturation, last_queue, reading, last_backlog)
-    return recommend_sm(spec, measured, saturation, target, tolerance_up)
 
 
 def fresh_queue(

@@ -114,6 +114,21 @@ def fresh_p99(reading: LatencyReading | None, now: float, stale_after: float) ->
     return reading.p99_ms, ""
 
 
+def cut_due(spec: AutoscalingSpec, state: ScalerState, obs: Observation, now: float) -> bool:
+    """Whether a cut may come now.
+
+    One cut is judged on a p99 that could have seen it: the interval (the query's window), and no
+    further cut until the replicas the last cut ordered serve (`slo_cut_replicas`: they serve a
+    pod start and model load later; cutting again meanwhile would learn the start-up lag, not the
+    headroom). Pods added later for a rising load do not hold it.
+    """
+    last = state.slo_last_decrease
+    ordered = state.slo_cut_replicas
+    serving = sum(1 for p in obs.pods if p.serving)
+    starting = ordered is not None and serving < min(ordered, obs.current_replicas)
+    return last is None or (now - last >= spec.slo_feedback.decrease_interval_seconds and not starting)
+
+
 def slo_step(
     spec: AutoscalingSpec,
     state: ScalerState,
@@ -145,14 +160,7 @@ def slo_step(
         held_at = says(why, f"SM target held at {current:.3f}")
         return SloStep(current, False, None, None, state.slo_last_decrease, held_at, last_over, holding)
     last = state.slo_last_decrease
-    # One cut is judged on a p99 that could have seen it: the interval (the query's window), and no
-    # further cut until the replicas the last cut ordered serve (`slo_cut_replicas`: they serve a
-    # pod start and model load later; cutting again meanwhile would learn the start-up lag, not the
-    # headroom). Pods added later for a rising load do not hold it.
-    ordered = state.slo_cut_replicas
-    serving = sum(1 for p in obs.pods if p.serving)
-    starting = ordered is not None and serving < min(ordered, obs.current_replicas)
-    due = last is None or (now - last >= fb.decrease_interval_seconds and not starting)
+    due = cut_due(spec, state, obs, now)
     if p99 > slo_ms:
         if due and not overloaded and current > floor:
             new = max(floor, current * (1 - fb.decrease_percent / 100))
@@ -215,4 +223,4 @@ def slo_feedback(
     return replace(step, last_overloaded=last_overloaded, eager=eager)
 
 
-__all__ = ["SloStep", "effective_target", "fresh_p99", "says", "slo_feedback", "slo_step", "target_bounds"]
+__all__ = ["SloStep", "cut_due", "effective_target", "fresh_p99", "says", "slo_feedback", "slo_step", "target_bounds"]
