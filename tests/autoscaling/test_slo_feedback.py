@@ -21,6 +21,7 @@ from gem_operator.autoscaling.policy import (
     ScalerState,
     desired_replicas,
 )
+from gem_operator.autoscaling.signals import SATURATED_SM_ACTIVE
 from gem_operator.autoscaling.slo import target_bounds
 
 NOW = 10_000.0
@@ -318,7 +319,10 @@ def test_property_effective_target_bounded_falls_over_slo_never_rises_then(
     state = ScalerState(effective_target=start)
     prev = min(base, max(floor, start)) if start is not None else base
     t = NOW
+    saturated_at: float | None = None  # the last sync whose pods were saturated (overloaded: no queue here)
     for values, p99, loading in steps:
+        if sum(values) / len(values) >= SATURATED_SM_ACTIVE:
+            saturated_at = t
         latency = LatencyReading(p99_ms=p99, timestamp=t) if p99 is not None else LatencyReading.unavailable("down")
         o = obs(values, latency=latency, loading=loading, now=t)
         d = run(s, state, o, t)
@@ -332,7 +336,9 @@ def test_property_effective_target_bounded_falls_over_slo_never_rises_then(
                 t - state.slo_last_decrease >= s.slo_feedback.decrease_interval_seconds
                 and (ordered is None or len(values) >= min(ordered, len(values) + loading))
             )
-            if cut_due and max(values) < 0.9 and prev > floor + 1e-12:  # not saturated (no queue here)
+            # Not while the p99's query window (decreaseIntervalSeconds) still holds an overload.
+            calm = saturated_at is None or t - saturated_at >= s.slo_feedback.decrease_interval_seconds
+            if cut_due and calm and max(values) < 0.9 and prev > floor + 1e-12:  # not saturated (no queue here)
                 assert target < prev  # it falls
         elif p99 is not None and p99 > s.slo_feedback.recover_below * SLO:
             pass  # near the SLO: may be cut (the warm start), never raised (asserted below)

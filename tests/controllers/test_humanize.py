@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gem_operator.autoscaling.decision import Decision, Reason
 from gem_operator.controllers.autoscaler import scaled_event
 from gem_operator.controllers.humanize import duration, score
 
@@ -16,9 +17,20 @@ def test_numbers_are_rounded_for_people() -> None:
 
 
 def test_scaled_event_is_one_decision_per_sentence() -> None:
-    text = scaled_event(2, 4, "scaled up 2 -> 4: raised to minReplicas=4 (wanted 2); no samples for the 2 Ready pods")
+    up = Decision(
+        4,
+        2,
+        "MetricsUnavailable",
+        (
+            Reason("bounds", "TooFewReplicas", "raised to minReplicas=4 (wanted 2)"),
+            Reason("sm", "MetricsUnavailable", "no samples for the 2 Ready pods"),
+        ),
+    )
+    assert up.message == "scaled up 2 -> 4: raised to minReplicas=4 (wanted 2); no samples for the 2 Ready pods"
+    text = scaled_event(up)
     assert text == (
         "Scaled up from 2 to 4 replicas. Raised to minReplicas=4 (wanted 2). No samples for the 2 Ready pods."
     )
-    down = scaled_event(5, 3, "scaled down 5 -> 3: SM active 0.21 vs target 0.60 over 5 Ready pods: 3 replicas")
+    sm = "SM active 0.21 vs target 0.60 over 5 Ready pods: 3 replicas"
+    down = scaled_event(Decision(3, 5, "LowSmActive", (Reason("sm", "LowSmActive", sm),)))
     assert down.startswith("Scaled down from 5 to 3 replicas. SM active 0.21")

@@ -5,7 +5,8 @@ proposal is at least twice the Ready pods, it scales to it at once and refuses t
 until the panic has been over for the stable window. Here the stable signal is the sync's SM
 reading; `Observation.panic_metrics` carries SM active averaged over `panic.windowSeconds`
 (the sync's own reading when the source has no shorter window). The panic recommendation is the
-same SM/queue rule on that reading and the current effective target. Constants:
+same SM/queue rule on that reading and the current effective target (`pipeline.read_signals`
+computes it; without a shorter window it is the sync's own measurement, not measured twice). Constants:
 `spec.autoscaling.panic` (`threshold` 2.0, `holdSeconds` 60), documented on `api.autoscaling.PanicMode`.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.observation import Observation
-from gem_operator.autoscaling.signals import sm_signal
+from gem_operator.autoscaling.signals import Signal
 from gem_operator.autoscaling.state import ScalerState
 
 
@@ -32,19 +33,19 @@ def panic_step(
     state: ScalerState,
     obs: Observation,
     now: float,
-    target: float,
-    saturation: float | None,
+    window: Signal | None,
 ) -> PanicStep:
-    """Whether the pool panics at this sync, and the short window's recommendation."""
+    """Whether the pool panics at this sync, and the short window's recommendation.
+
+    `window`: the SM/queue rule on the panic window's reading at the effective target (None:
+    nothing was read for it; a panic already on still runs out its hold).
+    """
     pm = spec.panic
     until = state.panic_until if pm.enabled else None
     if not pm.enabled:
         return PanicStep(False, None, None)
     ready = sum(1 for p in obs.pods if p.serving)
-    sig = sm_signal(
-        spec, obs, now, saturation, state.queue, target=target, reading=obs.panic_metrics, last_backlog=state.backlog
-    )
-    rec = sig.recommendation
+    rec = None if window is None else window.recommendation
     if rec is not None and ready > 0 and rec >= pm.threshold * ready:
         until = now + pm.hold_seconds
         msg = f"panic: the {pm.window_seconds}s window asks for {rec} replicas, >= {pm.threshold:g}x the {ready} Ready"

@@ -2,7 +2,10 @@
 
 `desired_replicas(spec, state, observation, now, slo_p99_ms=...)` is called once per sync (15 s
 by default) by the controller and, with simulated time, by the replay (and so by every driver of
-either). Steps, in order:
+either). It runs the pipeline of `pipeline.py`: each step below is a small pure function in
+`steps/` (or the module named), and the `Decision` (`decision.py`) carries every step's reasons
+and limits as typed values, which the controller's events, status and metrics read directly.
+Steps, in order:
 
 0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
    *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, only
@@ -65,19 +68,30 @@ either). Steps, in order:
 
 The state carried between calls (`ScalerState`) is an immutable value with `to_dict` /
 `from_dict`, so the controller may keep it in memory or in status.
+
+Where each step lives: observation `steps/observe.py`; signals `steps/measure.py` (steps 0, 1 and
+the panic window; the SM reading is measured once per sync and sized once, at the effective
+target); hold and precompute (2, 3) `steps/recommend.py`; stabilisation (4) `steps/stabilise.py`;
+panic, rate policies, the scale-down hold, free GPUs and bounds (5-7) `steps/limits.py`; the
+decision and the carried state `pipeline.py`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
 
-from gem_operator.api.autoscaling import AutoscalingSpec, RatePolicy
+from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.api.common import Condition, set_condition
-from gem_operator.api.serving import PrecomputeAutoscalingSpec
+from gem_operator.autoscaling.decision import (
+    METRICS_UNAVAILABLE,
+    SCALING_ACTIVE,
+    SCALING_LIMITED,
+    ConditionValue,
+    Decision,
+    Direction,
+    Limit,
+    Reason,
+)
 from gem_operator.autoscaling.observation import (
     MODEL_LOADED_CONDITION,
     LatencyReading,
@@ -88,113 +102,9 @@ from gem_operator.autoscaling.observation import (
     PrecomputeSignals,
     pod_states,
 )
-from gem_operator.autoscaling.panic import panic_step
-from gem_operator.autoscaling.signals import SATURATED_SM_ACTIVE, ceil_, sm_signal
-from gem_operator.autoscaling.slo import effective_target, slo_step
+from gem_operator.autoscaling.pipeline import decide
+from gem_operator.autoscaling.signals import SATURATED_SM_ACTIVE
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.trend import ramp_step
-
-# Scaling condition types (status.conditions[].type).
-SCALING_ACTIVE = "ScalingActive"
-SCALING_LIMITED = "ScalingLimited"
-METRICS_UNAVAILABLE = "MetricsUnavailable"
-
-
-# How long history is kept: the longest window/period the API allows.
-_HISTORY_SECONDS = 3600.0
-_EPS = 1e-9
-
-Direction = Literal["up", "down", "none"]
-
-# --------------------------------------------------------------------------- decision
-
-
-@dataclass(frozen=True)
-class ConditionValue:
-    """A condition to put on status (type, "True"/"False", CamelCase reason, message)."""
-
-    type: str
-    status: Literal["True", "False"]
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of one sync."""
-
-    desired_replicas: int
-    current_replicas: int
-    reason: str
-    message: str
-    conditions: tuple[ConditionValue, ...]
-    state: ScalerState
-    recommendation: int | None = None
-    metric_value: float | None = None
-    metric_timestamp: float | None = None
-    signals: Mapping[str, float] = field(default_factory=dict)
-    effective_target: float | None = None  # SM target scaled on (targetSmActive after the SLO feedback)
-    p99_ms: float | None = None  # the fresh p99 the SLO feedback read, if any
-    panicking: bool = False
-
-    @property
-    def direction(self) -> Direction:
-        if self.desired_replicas > self.current_replicas:
-            return "up"
-        if self.desired_replicas < self.current_replicas:
-            return "down"
-        return "none"
-
-    def condition(self, type_: str) -> ConditionValue:
-        for cond in self.conditions:
-            if cond.type == type_:
-                return cond
-        raise KeyError(type_)
-
-
-def _rate_limits(
-    policies: Sequence[RatePolicy], events: Sequence[tuple[float, int]], now: float, current: int, up: bool
-) -> int:
-    """The most permissive bound over the listed policies (upper bound if up, lower if down)."""
-    best: int | None = None
-    for pol in policies:
-        since = now - pol.period_seconds
-        if up:
-            moved = sum(d for t, d in events if t > since and d > 0)
-            start = max(0, current - moved)
-            bound = start
-            if pol.pods is not None:
-                bound = max(bound, start + pol.pods)
-            if pol.percent is not None:
-                bound = max(bound, math.floor(start * (1 + pol.percent / 100) + _EPS))
-            if start == 0:
-                bound = max(bound, 1)  # from zero, one pod may always start
-            best = bound if best is None else max(best, bound)
-        else:
-            moved = sum(-d for t, d in events if t > since and d < 0)
-            start = current + moved
-            bound = start
-            if pol.pods is not None:
-                bound = min(bound, start - pol.pods)
-            if pol.percent is not None:
-                bound = min(bound, ceil_(start * (1 - pol.percent / 100)))
-            bound = max(0, bound)
-            best = bound if best is None else min(best, bound)
-    if best is None:
-        return 10**9 if up else 0
-    return best
-
-
-def _conditions(
-    *, active: tuple[bool, str, str], limited: tuple[bool, str, str], unavailable: tuple[bool, str, str]
-) -> tuple[ConditionValue, ...]:
-    def cv(type_: str, v: tuple[bool, str, str]) -> ConditionValue:
-        return ConditionValue(type_, "True" if v[0] else "False", v[1], v[2])
-
-    return (cv(SCALING_ACTIVE, active), cv(SCALING_LIMITED, limited), cv(METRICS_UNAVAILABLE, unavailable))
-
-
-# --------------------------------------------------------------------------- the policy
 
 
 def desired_replicas(
@@ -216,282 +126,7 @@ def desired_replicas(
     This is the one entry point every driver calls: the operator's controller, `gemop replay`,
     `gemop demo` (through the operator) and the closed-loop load test. Keep its signature.
     """
-    obs = observation
-    current = max(0, obs.current_replicas)
-    lo, hi = spec.min_replicas, spec.max_replicas
-    horizon = now - _HISTORY_SECONDS
-    recs = tuple((t, n) for t, n in state.recommendations if t > horizon)
-    events = tuple((t, d) for t, d in state.events if t > horizon)
-    empty_since = state.backlog_empty_since
-
-    held_target = effective_target(spec, state)
-    sig = sm_signal(spec, obs, now, saturation, state.queue, target=held_target, last_backlog=state.backlog)
-    # The p99 of a query window that held an overload says capacity was short, which the queue rule
-    # sizes; it is no lesson about headroom. So the window after an overloaded sync cuts no target.
-    last_overloaded = now if sig.overloaded else state.slo_last_overloaded
-    overload_in_window = last_overloaded is not None and now - last_overloaded < (
-        spec.slo_feedback.decrease_interval_seconds
-    )
-    slo = slo_step(spec, state, obs, slo_p99_ms, now, overloaded=overload_in_window, sm_active=sig.metric_value)
-    # A p99 already using part of the SLO: scale-up does not wait for the up tolerance band (at a
-    # few replicas 10 % is most of a replica, and the replica ordered late serves a pod start later).
-    eager = (
-        slo.p99_ms is not None
-        and slo_p99_ms is not None
-        and slo.p99_ms > spec.slo_feedback.eager_scale_up_above * slo_p99_ms
-    )
-    if slo.target != held_target or eager:
-        sig = sm_signal(
-            spec,
-            obs,
-            now,
-            saturation,
-            state.queue,
-            target=slo.target,
-            last_backlog=state.backlog,
-            tolerance_up=0.0 if eager else None,
-        )
-    signals: dict[str, float] = {}
-    if sig.recommendation is not None:
-        signals["smActive"] = float(sig.recommendation)
-    ramp = ramp_step(
-        spec,
-        state.demand,
-        sig.usage,
-        slo.target,
-        now,
-        lead_seconds=state.lead_seconds,
-        pending=state.scale_up_pending,
-        serving=sum(1 for p in obs.pods if p.serving),
-        current=current,
-        overloaded=sig.overloaded,
-    )
-    if ramp.recommendation is not None and sig.recommendation is not None:
-        signals["rampLead"] = float(ramp.recommendation)
-        if ramp.recommendation > max(sig.recommendation, current):
-            # The replicas ordered now serve a lead later: size them for the load then (trend.py). This
-            # acts before the SM rule would, inside its tolerance band too: waiting for the band to be
-            # left is what makes a ramp's replica arrive late.
-            # It is what the arrivals will need, so the stabilisation history records it (steady=None).
-            sig = replace(
-                sig,
-                recommendation=ramp.recommendation,
-                reason="RisingLoad",
-                message=f"{sig.message}; {ramp.message}",
-                steady=None,
-            )
-    pan = panic_step(spec, state, obs, now, slo.target, saturation)
-    rec = sig.recommendation
-    reason, message = sig.reason, sig.message
-    skip_stabilisation = False
-    yielding = False
-    floor = lo
-
-    if not isinstance(spec, PrecomputeAutoscalingSpec) and current > 0:
-        # SM active cannot see demand once no replica runs, so it never takes the last one away.
-        floor = max(lo, 1)
-    pre = obs.precompute
-    if isinstance(spec, PrecomputeAutoscalingSpec) and pre is not None:
-        ready = sum(1 for p in obs.pods if p.serving)
-        queue_recs: list[tuple[int, str, str]] = []
-        if pre.backlog is not None:
-            b = ceil_(pre.backlog / spec.backlog_target_per_replica)
-            signals["backlog"] = float(b)
-            queue_recs.append((b, "Backlog", f"backlog {pre.backlog} / {spec.backlog_target_per_replica} per replica"))
-            if pre.backlog > 0:
-                empty_since = None
-            elif empty_since is None:
-                empty_since = now
-        if pre.oldest_item_age_seconds is not None and (pre.backlog is None or pre.backlog > 0):
-            half = spec.deadline_seconds / 2
-            d = ceil_(max(ready, 1) * pre.oldest_item_age_seconds / half)
-            signals["deadline"] = float(d)
-            queue_recs.append(
-                (
-                    d,
-                    "Deadline",
-                    f"oldest item {pre.oldest_item_age_seconds:.0f}s vs deadline {spec.deadline_seconds}s",
-                )
-            )
-        best_q = max(queue_recs, default=None, key=lambda x: x[0])
-        queue_known = pre.backlog is not None
-        if rec is None:
-            # SM unknown: queue signals may raise the count, never lower it.
-            if best_q is not None and best_q[0] > current:
-                rec, reason, message = best_q[0], best_q[1], f"{best_q[2]} (SM signal held: {sig.message})"
-        elif best_q is not None and best_q[0] > rec:
-            rec, reason, message = best_q[0], best_q[1], f"{best_q[2]}: {best_q[0]} replicas; {sig.message}"
-        elif rec < current and not queue_known:
-            rec, reason, message = current, "BacklogUnknown", f"backlog unknown, no scale-down; {sig.message}"
-        idle_for = None if empty_since is None else now - empty_since
-        if idle_for is not None:
-            if idle_for >= spec.idle_seconds_before_zero:
-                rec, reason = lo, "Idle"
-                idle_limit = spec.idle_seconds_before_zero
-                message = f"backlog empty for {idle_for:.0f}s (idleSecondsBeforeZero={idle_limit})"
-                skip_stabilisation = True
-            elif current > 0:
-                floor = max(lo, 1)
-        if pre.ranker_over_slo:
-            yielding = True
-            target = max(lo, current - max(1, current // 2)) if current > lo else current
-            rec, reason = min(target, current), "YieldingGPUs"
-            message = f"yielding GPUs to RankingService {spec.yield_to or '?'}"
-            if pre.ranker_message:
-                message += f": {pre.ranker_message}"
-            skip_stabilisation = True
-
-    held = rec is None
-    if rec is None:
-        stabilised = current
-        message = f"holding at {current}: {sig.message}"
-        reason = sig.reason
-    else:
-        if not skip_stabilisation:
-            # Capacity ordered only to drain a backlog, or already on its way, is not held for the
-            # down window: around a backlog the history records what the arrivals need.
-            remembered = sig.steady if sig.steady is not None and rec == sig.recommendation else rec
-            recs = (*recs, (now, remembered))
-        if skip_stabilisation:
-            stabilised = rec
-        else:
-            up_win = spec.stabilization_seconds.up
-            down_win = spec.stabilization_seconds.down
-            up_rec = min([n for t, n in recs if t > now - up_win] + [rec])
-            down_rec = max([n for t, n in recs if t > now - down_win] + [rec])
-            stabilised = current
-            if stabilised < up_rec:
-                stabilised = up_rec
-            if stabilised > down_rec:
-                stabilised = down_rec
-            if stabilised != rec:
-                message += f"; stabilised to {stabilised}"
-    if slo.message:
-        message += f"; {slo.message}"
-
-    # Panic: the short window's recommendation applies at once (no up window, no rate policy).
-    panic_up = False
-    if pan.panicking and not yielding and not held:
-        want = max(stabilised, pan.recommendation or 0)
-        if want > stabilised and want > current:
-            reason = "Panic"
-        message += f"; {pan.message}"
-        panic_up = want > current
-        stabilised = want
-
-    # Rate policies.
-    limited: tuple[bool, str, str] = (False, "DesiredWithinRange", "the desired count is within range")
-    desired = stabilised
-    if desired > current:
-        up_limit = _rate_limits(spec.policies.scale_up, events, now, current, up=True)
-        if desired > up_limit and not panic_up:
-            limited = (
-                True,
-                "ScaleUpLimit",
-                f"scale-up rate policies allow {up_limit} now (wanted {desired})",
-            )
-            desired = up_limit
-        if obs.free_gpus is not None and obs.gpus_per_replica > 0:
-            waiting = sum(1 for p in obs.pods if not p.scheduled)
-            room = max(0, obs.free_gpus // obs.gpus_per_replica - waiting)
-            gpu_cap = current + room
-            if desired > gpu_cap:
-                limited = (
-                    True,
-                    "InsufficientGPUs",
-                    f"{obs.free_gpus} free GPUs ({obs.gpus_per_replica}/replica, {waiting} pods waiting) "
-                    f"allow {gpu_cap} replicas (wanted {desired})",
-                )
-                desired = max(current, gpu_cap)
-    elif desired < current and not yielding and (pan.panicking or slo.over_slo or slo.hold_down):
-        # An over-SLO p99 or a panic blocks scale-down: the pool is short of capacity, not idle. So
-        # does a recent over-SLO p99 (sloFeedback.scaleDownHoldSeconds): capacity a burst needed is
-        # not handed back just before the next burst.
-        if pan.panicking:
-            why = pan.message
-        elif slo.over_slo:
-            why = slo.message
-        else:
-            hold = spec.slo_feedback.scale_down_hold_seconds
-            why = f"p99 was over the SLO {now - (slo.last_over or now):.0f}s ago (scaleDownHoldSeconds={hold})"
-        limited = (True, "Panic" if pan.panicking else "LatencyOverSlo", f"no scale-down (wanted {desired}): {why}")
-        message += f"; no scale-down to {desired}"
-        desired = current
-    elif desired < current:
-        down_limit = _rate_limits(spec.policies.scale_down, events, now, current, up=False)
-        if desired < down_limit:
-            limited = (
-                True,
-                "ScaleDownLimit",
-                f"scale-down rate policies allow {down_limit} now (wanted {desired})",
-            )
-            desired = down_limit
-    if yielding:
-        limited = (True, "YieldingGPUs", message)
-
-    # Bounds.
-    if desired > hi:
-        limited = (True, "TooManyReplicas", f"capped at maxReplicas={hi} (wanted {desired})")
-        desired = hi
-    if desired < floor:
-        why = "minReplicas" if floor == lo else "the last replica stays until the pool has been idle long enough"
-        if floor == lo:
-            limited = (True, "TooFewReplicas", f"raised to minReplicas={lo} (wanted {desired})")
-        desired = floor
-        if floor != lo:
-            message += f"; kept at {floor} ({why})"
-
-    if desired != current:
-        events = (*events, (now, desired - current))
-        verb = "scaled up" if desired > current else "scaled down"
-        if held:  # a bound moved it, not the signal: say that, not "holding at"
-            message = f"{limited[2]}; {sig.message}"
-        message = f"{verb} {current} -> {desired}: {message}"
-
-    unavailable = (
-        (True, sig.metrics_reason, sig.metrics_problem)
-        if sig.metrics_problem is not None
-        else (False, "MetricsFresh", "SM-active samples are fresh")
-    )
-    if held:
-        active = (False, sig.reason if sig.reason in ("NoReadyPods", "ScaledToZero") else "FailedGetMetrics", message)
-    else:
-        active = (True, "ValidMetricsFound" if sig.recommendation is not None else reason, message)
-
-    learned = slo.target if state.effective_target is not None or slo.target != spec.target_sm_active else None
-    new_state = replace(
-        state,
-        recommendations=recs,
-        events=events,
-        backlog_empty_since=empty_since,
-        queue=sig.queue,
-        backlog=sig.backlog,
-        effective_target=learned,
-        slo_good_since=slo.good_since,
-        slo_last_decrease=slo.last_decrease,
-        panic_until=pan.until,
-        slo_last_over=slo.last_over,
-        slo_cut_replicas=desired if slo.last_decrease == now else state.slo_cut_replicas,
-        slo_last_overloaded=last_overloaded,
-        demand=ramp.usage,
-        lead_seconds=ramp.lead_seconds,
-        scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
-    )
-    return Decision(
-        desired_replicas=desired,
-        current_replicas=current,
-        reason=reason,
-        message=message,
-        conditions=_conditions(active=active, limited=limited, unavailable=unavailable),
-        state=new_state,
-        recommendation=rec,
-        metric_value=sig.metric_value,
-        metric_timestamp=sig.metric_timestamp,
-        signals=signals,
-        effective_target=slo.target,
-        p99_ms=slo.p99_ms,
-        panicking=pan.panicking,
-    )
+    return decide(spec, state, observation, now, saturation=saturation, slo_ms=slo_p99_ms)
 
 
 def apply_conditions(
@@ -523,12 +158,15 @@ __all__ = [
     "SCALING_LIMITED",
     "ConditionValue",
     "Decision",
+    "Direction",
     "LatencyReading",
+    "Limit",
     "MetricReading",
     "Observation",
     "PodSample",
     "PodState",
     "PrecomputeSignals",
+    "Reason",
     "ScalerState",
     "apply_conditions",
     "desired_replicas",

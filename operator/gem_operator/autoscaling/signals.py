@@ -1,16 +1,19 @@
 """The SM-active signal: what one sync's per-pod readings say the replica count should be. Pure.
 
-`sm_signal` turns fresh SM-active samples of Ready pods (plus the queue signal) into a
-recommendation, or into a hold with the reason the data is unusable. See `policy.py` step 1.
+`measure_sm` turns fresh SM-active samples of Ready pods (plus the queue signal) into a
+measurement, or into a hold with the reason the data is unusable; `recommend_sm` sizes a
+measurement at a target. The policy measures once per sync and recommends once, at the target the
+SLO feedback arrives at (`steps/measure.py`). See `policy.py` step 1.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.decision import Reason, render
 from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample
 
 # SM active at or above this means the pods are saturated: demand may be far above what they show.
@@ -28,7 +31,7 @@ def ceil_(x: float) -> int:
 class Signal:
     recommendation: int | None  # None: hold
     reason: str
-    message: str
+    reasons: tuple[Reason, ...]  # what the signal says, one clause each (`message` joins them)
     metric_value: float | None = None
     metric_timestamp: float | None = None
     metrics_problem: str | None = None  # set when MetricsUnavailable
@@ -42,37 +45,59 @@ class Signal:
     backlog: tuple[float, float] | None = None  # (now, total queued pod-seconds) to remember
     usage: float | None = None  # Ready pods' SM usage with the queue's excess: demand in SM-active terms
 
+    @property
+    def message(self) -> str:
+        return render(self.reasons)
 
-def sm_signal(
-    spec: AutoscalingSpec,
-    obs: Observation,
-    now: float,
-    saturation: float | None,
-    last_queue: tuple[float, float] | None = None,
-    target: float | None = None,
-    reading: MetricReading | None = None,
-    last_backlog: tuple[float, float] | None = None,
-    tolerance_up: float | None = None,
-) -> Signal:
-    """The SM-active recommendation. `target` replaces `targetSmActive` (the SLO feedback's
-    effective target); `reading` replaces `obs.metrics` (the panic window's samples);
-    `tolerance_up` replaces `tolerance.up` (0 while the p99 is above `eagerScaleUpAbove`)."""
-    current = obs.current_replicas
-    serving = [p.name for p in obs.pods if p.serving]
-    reading = obs.metrics if reading is None else reading
+
+def _hold(reason: str, text: str, problem: str | None = None, metrics_reason: str = "MetricsFresh") -> Signal:
+    return Signal(None, reason, (Reason("sm", reason, text),), metrics_problem=problem, metrics_reason=metrics_reason)
+
+
+@dataclass(frozen=True)
+class SmMeasurement:
+    """What one sync's SM reading (with the queue) measures, before a target is applied to it.
+
+    Measured once per sync (`measure_sm`); the SLO feedback reads `overloaded` and `metric_value`
+    from it, then `recommend_sm` sizes it at the effective target the feedback arrives at.
+    """
+
+    current: int
+    ready: int  # Ready pods with the model loaded
+    fresh: int  # of them, those with a fresh SM sample
+    sm_usage: float  # sum of their SM active
+    usage: float  # the same with the queue's excess: demand in SM-active terms
+    stamp: float  # newest fresh sample
+    worst_queue: float | None  # most queued seconds on one pod (None: no queued work)
+    growth: float  # growth of the mean queued seconds per second since the last sync
+    arrivals: float  # what the arrivals need in SM-active terms (the stabilisation history)
+    had_backlog: bool  # a backlog now or at the last sync
+    overloaded: bool  # queued work or saturated SM: demand beyond what the pods serve
+    queue: tuple[float, float] | None  # to remember for the next sync (None: no queue reading)
+    backlog: tuple[float, float] | None
+
+    @property
+    def metric_value(self) -> float:
+        """Mean fresh SM active of the Ready pods."""
+        return self.sm_usage / self.fresh
+
+    @property
+    def missing(self) -> int:
+        return self.ready - self.fresh
+
+
+def fresh_samples(
+    spec: AutoscalingSpec, obs: Observation, reading: MetricReading, serving: list[str], now: float
+) -> dict[str, PodSample] | Signal:
+    """The finite samples of the serving pods younger than `staleAfterSeconds`, or the hold that
+    says why there are none (source error, no replicas, no Ready pod, no sample, all stale)."""
     if reading.error is not None:
-        return Signal(
-            None,
-            "MetricsUnavailable",
-            f"metric source failed: {reading.error}",
-            metrics_problem=reading.error,
-            metrics_reason="SourceError",
-        )
+        return _hold("MetricsUnavailable", f"metric source failed: {reading.error}", reading.error, "SourceError")
     if not serving and not obs.pods and obs.current_replicas == 0:
-        return Signal(None, "ScaledToZero", "no replicas: nothing to measure")
+        return _hold("ScaledToZero", "no replicas: nothing to measure")
     if not serving:
         msg = f"no Ready pod with the model loaded (of {len(obs.pods)} pods)"
-        return Signal(None, "NoReadyPods", msg, metrics_problem=msg, metrics_reason="NoReadyPods")
+        return _hold("NoReadyPods", msg, msg, "NoReadyPods")
     stale_after = spec.metrics.stale_after_seconds
     fresh: dict[str, PodSample] = {}
     newest: float | None = None
@@ -83,20 +108,34 @@ def sm_signal(
         newest = sample.timestamp if newest is None else max(newest, sample.timestamp)
         if now - sample.timestamp <= stale_after:
             fresh[pod] = sample
-    if not fresh:
-        if newest is None:
-            msg = f"no samples for the {len(serving)} Ready pods"
-            return Signal(None, "MetricsUnavailable", msg, metrics_problem=msg, metrics_reason="MetricsMissing")
-        msg = f"newest sample is {now - newest:.0f}s old (staleAfterSeconds={stale_after})"
-        return Signal(None, "MetricsUnavailable", msg, metrics_problem=msg, metrics_reason="MetricsStale")
+    if fresh:
+        return fresh
+    if newest is None:
+        msg = f"no samples for the {len(serving)} Ready pods"
+        return _hold("MetricsUnavailable", msg, msg, "MetricsMissing")
+    msg = f"newest sample is {now - newest:.0f}s old (staleAfterSeconds={stale_after})"
+    return _hold("MetricsUnavailable", msg, msg, "MetricsStale")
 
-    target = spec.target_sm_active if target is None else target
+
+def measure_sm(
+    spec: AutoscalingSpec,
+    obs: Observation,
+    now: float,
+    saturation: float | None,
+    last_queue: tuple[float, float] | None = None,
+    reading: MetricReading | None = None,
+    last_backlog: tuple[float, float] | None = None,
+) -> SmMeasurement | Signal:
+    """Measure the reading (`obs.metrics` unless `reading`, e.g. the panic window's samples), or
+    say why it cannot be used: a Signal that holds (recommendation None)."""
+    serving = [p.name for p in obs.pods if p.serving]
+    fresh = fresh_samples(spec, obs, obs.metrics if reading is None else reading, serving, now)
+    if isinstance(fresh, Signal):
+        return fresh
+    stale_after = spec.metrics.stale_after_seconds
     values = [max(0.0, s.value) for s in fresh.values()]
     sm_usage = sum(values)
     sm_avg = sm_usage / len(values)
-    stamp = max(s.timestamp for s in fresh.values())
-    ready = len(serving)
-    missing = ready - len(fresh)
     # Demand beyond what SM active can show. Queued seconds `b` grow at `arrivals / capacity - 1`
     # per second, so the growth `g` since the last sync says how far demand exceeds what the pods
     # serve; `b / drain` more empties the queue within `drainSeconds`. A pod's SM usage is scaled
@@ -110,7 +149,6 @@ def sm_signal(
         growth = max(0.0, (mean_queue - last_queue[1]) / (now - last_queue[0]))
     remember = (now, mean_queue) if obs.queue is not None and obs.queue.error is None else None
     usage = sum(max(0.0, s.value) * (1 + growth + queued.get(pod, 0.0) / drain) for pod, s in fresh.items())
-    overloaded = bool(queued) or growth > 0 or (saturation is not None and sm_avg >= saturation)
     # What the arrivals need, for the stabilisation history (`Signal.steady`): a backlog's total
     # (pod-seconds of work) grows at arrivals minus what the pods serve, so SM usage times
     # 1 + its growth per Ready pod is the arrivals in SM-active terms, below SM usage while the pods
@@ -121,48 +159,87 @@ def sm_signal(
     arrivals = sm_usage * (1 + growth)
     if backlog is not None and last_backlog is not None and 0 < now - last_backlog[0] <= stale_after:
         arrivals = sm_usage * max(0.0, 1 + (total - last_backlog[1]) / ((now - last_backlog[0]) * len(fresh)))
-    had_backlog = total > 0 or (last_backlog is not None and last_backlog[1] > 0)
+    return SmMeasurement(
+        current=obs.current_replicas,
+        ready=len(serving),
+        fresh=len(fresh),
+        sm_usage=sm_usage,
+        usage=usage,
+        stamp=max(s.timestamp for s in fresh.values()),
+        worst_queue=max(queued.values()) if queued else None,
+        growth=growth,
+        arrivals=arrivals,
+        had_backlog=total > 0 or (last_backlog is not None and last_backlog[1] > 0),
+        overloaded=bool(queued) or growth > 0 or (saturation is not None and sm_avg >= saturation),
+        queue=remember,
+        backlog=backlog,
+    )
 
-    def out(sig: Signal) -> Signal:
+
+def recommend_sm(
+    spec: AutoscalingSpec,
+    measured: SmMeasurement | Signal,
+    saturation: float | None,
+    target: float | None = None,
+    tolerance_up: float | None = None,
+) -> Signal:
+    """The SM-active recommendation for a measurement (a hold passes through). `target` replaces
+    `targetSmActive` (the SLO feedback's effective target); `tolerance_up` replaces
+    `tolerance.up` (0 while the p99 is above `eagerScaleUpAbove`)."""
+    if isinstance(measured, Signal):
+        return measured
+    m = measured
+    target = spec.target_sm_active if target is None else target
+    current, ready, missing, usage, sm_avg = m.current, m.ready, m.missing, m.usage, m.metric_value
+
+    def out(reason: str, want: int, *texts: str) -> Signal:
         steady = None
-        if backlog is not None and sig.recommendation is not None and (had_backlog or sig.reason == "CapacityPending"):
-            steady = min(sig.recommendation, ceil_(arrivals / target))
-        return replace(sig, queue=remember, backlog=backlog, overloaded=overloaded, steady=steady, usage=usage)
+        if m.backlog is not None and (m.had_backlog or reason == "CapacityPending"):
+            steady = min(want, ceil_(m.arrivals / target))
+        reasons = tuple(Reason("sm", reason, t) for t in texts)
+        return Signal(
+            want,
+            reason,
+            reasons,
+            sm_avg,
+            m.stamp,
+            queue=m.queue,
+            backlog=m.backlog,
+            overloaded=m.overloaded,
+            steady=steady,
+            usage=usage,
+        )
 
-    avg = usage / len(values)
+    avg = usage / m.fresh
     ratio = avg / target
     tol_up = spec.tolerance.up if tolerance_up is None else tolerance_up
     tol_down = spec.tolerance.down
     note = f" ({missing} Ready pods without a fresh sample)" if missing else ""
-    base = f"SM active {sm_avg:.2f} vs target {target:.2f} over {len(fresh)} Ready pods{note}"
-    if queued or growth > 0:
-        worst = max(queued.values(), default=0.0)
-        base += f", queue up to {worst:.1f}s of work growing {growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
+    base = f"SM active {sm_avg:.2f} vs target {target:.2f} over {m.fresh} Ready pods{note}"
+    if m.worst_queue is not None or m.growth > 0:
+        worst = m.worst_queue or 0.0
+        base += f", queue up to {worst:.1f}s of work growing {m.growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
     if ratio > 1 + tol_up + EPS:
         # Missing pods count as idle: only scale up if the measured usage alone justifies it.
         want = ceil_(usage / target)
-        reason = "QueuedWork" if usage > sm_usage * (1 + tol_up) else "HighSmActive"
-        if saturation is not None and target < saturation <= sm_avg and not missing and remember is None:
+        reason = "QueuedWork" if usage > m.sm_usage * (1 + tol_up) else "HighSmActive"
+        if saturation is not None and target < saturation <= sm_avg and not missing and m.queue is None:
             # Saturated and no queue signal to say by how much: SM active cannot rise further, so
             # the ratio only bounds demand from below. Like a panic mode, ask for at least twice the
             # Ready pods (once per start-up wave: pods still loading count toward it).
             want = max(want, 2 * ready)
             reason = "SaturatedSmActive"
         if usage / (ready * target) <= 1 + tol_up or want <= current:
-            return out(
-                Signal(current, "CapacityPending", base + "; capacity already sufficient or on its way", sm_avg, stamp)
-            )
-        return out(Signal(want, reason, f"{base}: {want} replicas", sm_avg, stamp))
+            return out("CapacityPending", current, base, "capacity already sufficient or on its way")
+        return out(reason, want, f"{base}: {want} replicas")
     if ratio < 1 - tol_down - EPS:
         # Missing pods count as on target; pods still loading are kept.
         adj = (usage + missing * target) / (ready * target)
         if adj >= 1 - tol_down:
-            return out(
-                Signal(current, "WithinTolerance", base + "; missing samples keep it in the band", sm_avg, stamp)
-            )
+            return out("WithinTolerance", current, base, "missing samples keep it in the band")
         want = min(current, ceil_(ready * adj) + max(0, current - ready))
-        return out(Signal(want, "LowSmActive", f"{base}: {want} replicas", sm_avg, stamp))
-    return out(Signal(current, "WithinTolerance", f"{base}: inside the tolerance band", sm_avg, stamp))
+        return out("LowSmActive", want, f"{base}: {want} replicas")
+    return out("WithinTolerance", current, f"{base}: inside the tolerance band")
 
 
 def fresh_queue(

@@ -15,6 +15,7 @@ from typing import Any
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
 from gem_operator.autoscaling.policy import (
+    Decision,
     Observation,
     PrecomputeSignals,
     ScalerState,
@@ -109,13 +110,14 @@ async def _precompute_signals(ctx: PassContext, spec: SolarisPrecomputeSpec, pod
     return await _precompute_source(spec.autoscaling).read_precompute(ctx.namespace, pods, ranker_pods, slo_ms)
 
 
-def scaled_event(current: int, desired: int, message: str) -> str:
+def scaled_event(decision: Decision) -> str:
     """One sentence per decision: the change first, then each reason the policy gave, on its own."""
-    verb = "Scaled up" if desired > current else "Scaled down"
-    _, sep, rest = message.partition(f"{current} -> {desired}: ")
-    clauses = [c.strip() for c in (rest if sep else message).split("; ") if c.strip()]
-    sentences = [f"{verb} from {current} to {desired} replicas."]
-    sentences += [c[0].upper() + c[1:] + ("" if c.endswith(".") else ".") for c in clauses]
+    verb = "Scaled up" if decision.direction == "up" else "Scaled down"
+    sentences = [f"{verb} from {decision.current_replicas} to {decision.desired_replicas} replicas."]
+    for r in decision.reasons:
+        text = r.text.strip()
+        if text:
+            sentences.append(text[0].upper() + text[1:] + ("" if text.endswith(".") else "."))
     return " ".join(sentences)
 
 
@@ -183,12 +185,11 @@ async def autoscale(
     }
     for cond in decision.conditions:
         outcome.draft.condition(cond.type, cond.status, cond.reason, cond.message)
-    if decision.desired_replicas != current:
+    if decision.direction != "none":
         fields["lastScaleTime"] = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
         fields["lastScaleReason"] = decision.message
-        direction = "up" if decision.desired_replicas > current else "down"
-        metrics.SCALING_DECISIONS.labels(kind, direction, decision.reason).inc()
-        outcome.events.append(("Normal", "Scaled", scaled_event(current, decision.desired_replicas, decision.message)))
+        metrics.SCALING_DECISIONS.labels(kind, decision.direction, decision.reason).inc()
+        outcome.events.append(("Normal", "Scaled", scaled_event(decision)))
     metrics.EFFECTIVE_TARGET.labels(kind, ctx.namespace, ctx.name).set(
         decision.effective_target or scaling.target_sm_active
     )

@@ -238,32 +238,8 @@ def simulate(
     sync_every = max(1, round(sync_seconds))
     gpus = spec.gpus_per_replica
     warmup = warmup_minutes(model, sync_seconds, minutes)
-    pa = (spec_override or spec).autoscaling
     slo_ms = spec.slo.p99_latency_ms
     targets: list[tuple[float, float]] = []
-
-    def sm_rule(state_box: list[ScalerState]) -> Decide:
-        def decide(now: float, pool: Pool, win: Window) -> int:
-            t = int(now)
-            serving = pool.ready_count(now)
-            per_pod = win.per_pod("sm", pool, now, t - sync_every, t) if serving else None
-            # The ranking server's queue gauge over its completion rate: seconds of queued work per
-            # pod, as scraped at the sync (the fluid queue is spread evenly over the Ready pods).
-            queue_s = pool.queue_seconds(now) if pa.metrics.queue.enabled else None
-            latency = None
-            if pa.metrics.latency.enabled:
-                p99 = win.p99_over(t - LATENCY_WINDOW_SECONDS, t) if serving else None
-                latency = LatencyReading(p99, now) if p99 is not None else LatencyReading.unavailable("no requests")
-            panic = None
-            if pa.panic.enabled and serving:
-                panic = win.per_pod("sm", pool, now, t - pa.panic.window_seconds, t)
-            obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s, latency, panic)
-            d = desired_replicas(pa, state_box[0], obs, now, slo_p99_ms=slo_ms)
-            state_box[0] = d.state
-            targets.append((now, d.effective_target or pa.target_sm_active))
-            return d.desired_replicas
-
-        return decide
 
     # The RPS baseline's per-replica target: the requests/s one replica serves at the same target
     # utilisation, calibrated with hindsight on the run's mean cost per request (the best fixed
@@ -275,30 +251,10 @@ def simulate(
 
     rps_window = max(1, round(rps_window_seconds)) if rps_window_seconds else sync_every
 
-    hpa = without_ramp_lead(a)  # HPA's algorithm as HPA runs it: the ramp lead is this policy's
-
-    def rps_rule(state_box: list[ScalerState]) -> Decide:
-        # Same algorithm; the metric is requests/s per Ready pod, expressed against the SM target
-        # so the HPA ratio metric/target is rps_per_pod / target_rps.
-
-        def decide(now: float, pool: Pool, win: Window) -> int:
-            t = int(now)
-            ready = pool.ready_count(now)
-            per_pod = None
-            if ready:
-                rps = win.per_pod("requests", pool, now, t - rps_window, t)
-                per_pod = [None if r is None else r / target_rps * a.target_sm_active for r in rps]
-            obs = _observation(pool, now, per_pod, gpus, cluster_gpus)
-            d = desired_replicas(hpa, state_box[0], obs, now, saturation=None)
-            state_box[0] = d.state
-            return d.desired_replicas
-
-        return decide
-
     rules: dict[str, tuple[Decide | None, int]] = {
-        POLICY: (sm_rule([ScalerState()]), start_n),
+        POLICY: (policy_rule(spec_override or spec, slo_ms, sync_every, gpus, cluster_gpus, targets), start_n),
         STATIC_PEAK: (None, static_n),
-        HPA_RPS: (rps_rule([ScalerState()]), start_n),
+        HPA_RPS: (rps_rule(spec, target_rps, rps_window, gpus, cluster_gpus), start_n),
     }
     results: dict[str, PoolResult] = {}
     for name, (decide, initial) in rules.items():
@@ -326,6 +282,66 @@ def simulate(
         warmup_minutes=warmup,
         max_replicas=spec.autoscaling.max_replicas,
     )
+
+
+def policy_rule(
+    spec: RankingServiceSpec,
+    slo_ms: float,
+    sync_every: int,
+    gpus: int,
+    cluster_gpus: int | None,
+    targets: list[tuple[float, float]],
+) -> Decide:
+    """The policy pool's autoscaler: `desired_replicas` with `spec.autoscaling`, fed at each sync
+    what the operator's sources would read; appends (time, effective SM target) to `targets`."""
+    pa = spec.autoscaling
+    state_box = [ScalerState()]
+
+    def decide(now: float, pool: Pool, win: Window) -> int:
+        t = int(now)
+        serving = pool.ready_count(now)
+        per_pod = win.per_pod("sm", pool, now, t - sync_every, t) if serving else None
+        # The ranking server's queue gauge over its completion rate: seconds of queued work per
+        # pod, as scraped at the sync (the fluid queue is spread evenly over the Ready pods).
+        queue_s = pool.queue_seconds(now) if pa.metrics.queue.enabled else None
+        latency = None
+        if pa.metrics.latency.enabled:
+            p99 = win.p99_over(t - LATENCY_WINDOW_SECONDS, t) if serving else None
+            latency = LatencyReading(p99, now) if p99 is not None else LatencyReading.unavailable("no requests")
+        panic = None
+        if pa.panic.enabled and serving:
+            panic = win.per_pod("sm", pool, now, t - pa.panic.window_seconds, t)
+        obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s, latency, panic)
+        d = desired_replicas(pa, state_box[0], obs, now, slo_p99_ms=slo_ms)
+        state_box[0] = d.state
+        targets.append((now, d.effective_target or pa.target_sm_active))
+        return d.desired_replicas
+
+    return decide
+
+
+def rps_rule(
+    spec: RankingServiceSpec, target_rps: float, rps_window: int, gpus: int, cluster_gpus: int | None
+) -> Decide:
+    """The HPA-on-RPS pool's autoscaler: the same algorithm; the metric is requests/s per Ready pod,
+    expressed against the SM target so the HPA ratio metric/target is rps_per_pod / target_rps."""
+    a = spec.autoscaling
+    hpa = without_ramp_lead(a)  # HPA's algorithm as HPA runs it: the ramp lead is this policy's
+    state_box = [ScalerState()]
+
+    def decide(now: float, pool: Pool, win: Window) -> int:
+        t = int(now)
+        ready = pool.ready_count(now)
+        per_pod = None
+        if ready:
+            rps = win.per_pod("requests", pool, now, t - rps_window, t)
+            per_pod = [None if r is None else r / target_rps * a.target_sm_active for r in rps]
+        obs = _observation(pool, now, per_pod, gpus, cluster_gpus)
+        d = desired_replicas(hpa, state_box[0], obs, now, saturation=None)
+        state_box[0] = d.state
+        return d.desired_replicas
+
+    return decide
 
 
 def run_pool(

@@ -1,0 +1,112 @@
+"""One autoscaler sync as a pipeline of pure steps, and the decision they add up to. Pure.
+
+observe -> signals -> recommendation -> stabilisation -> panic and rate limits -> caps and bounds
+-> decision (`steps/`; the rules are described in `policy.py`). `decide` runs them in that order;
+`conclude` turns their results into the `Decision` and the state for the next sync. Each step owns
+the part of `ScalerState` it reads and writes: the windows (observe, stabilise), the SLO feedback
+(`SloStep.remember`), the ramp lead, the panic, the queue and backlog of the SM reading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.decision import NOT_LIMITED, Decision, Limit, Reason, render
+from gem_operator.autoscaling.observation import Observation
+from gem_operator.autoscaling.state import ScalerState
+from gem_operator.autoscaling.steps.limits import Limited, apply_panic, cap, limit_rate
+from gem_operator.autoscaling.steps.measure import Signals, read_signals
+from gem_operator.autoscaling.steps.observe import Observed, observe
+from gem_operator.autoscaling.steps.recommend import Recommendation, recommend
+from gem_operator.autoscaling.steps.stabilise import Stabilised, stabilise
+
+
+def decide(
+    spec: AutoscalingSpec,
+    state: ScalerState,
+    obs: Observation,
+    now: float,
+    *,
+    saturation: float | None,
+    slo_ms: float | None,
+) -> Decision:
+    """Run the steps of one sync in order (see `policy.desired_replicas`)."""
+    seen = observe(spec, state, obs, now)
+    sig = read_signals(spec, state, obs, now, seen, saturation=saturation, slo_ms=slo_ms)
+    rec = recommend(spec, sig.sm, seen, now, obs.precompute, state.backlog_empty_since)
+    stable = stabilise(spec, seen, rec, now)
+    held = rec.replicas is None
+    panicked = apply_panic(sig.panic, stable.replicas, seen.current, held=held, yielding=rec.yielding)
+    rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)
+    reasons = (*rec.reasons, *stable.reasons, *sig.slo.reasons, *panicked.reasons, *rated.reasons)
+    limits = rated.limits
+    if rec.yielding:
+        # A yielding pool reports the yield as what limits it, whatever else applied.
+        limits = (*limits, Limit("yield", "YieldingGPUs", render(reasons), stable.replicas, rated.replicas))
+    capped = cap(obs, seen, rated.replicas, rec.floor)
+    limited = Limited(capped.replicas, (*limits, *capped.limits), (*reasons, *capped.reasons))
+    return conclude(spec, state, now, seen, sig, rec, stable, panicked, limited)
+
+
+def conclude(
+    spec: AutoscalingSpec,
+    state: ScalerState,
+    now: float,
+    seen: Observed,
+    sig: Signals,
+    rec: Recommendation,
+    stable: Stabilised,
+    panicked: Limited,
+    limited: Limited,
+) -> Decision:
+    """The decision of the steps' results, and the state to carry to the next sync."""
+    current, desired = seen.current, limited.replicas
+    reason = rec.reason
+    if panicked.replicas > stable.replicas and panicked.replicas > current:
+        reason = "Panic"
+    reasons = limited.reasons
+    held = rec.replicas is None
+    if held and desired != current:
+        # A bound moved the count, not the signal: say that, not "holding at".
+        last = limited.limits[-1] if limited.limits else None
+        moved = Reason("bounds", NOT_LIMITED.reason, NOT_LIMITED.message)
+        if last is not None:
+            moved = Reason(last.step, last.reason, last.message)
+        reasons = (moved, *sig.sm.reasons)
+    events = seen.events if desired == current else (*seen.events, (now, desired - current))
+    ramp = sig.ramp
+    carried = replace(
+        state,
+        recommendations=stable.recommendations,
+        events=events,
+        backlog_empty_since=rec.backlog_empty_since,
+        queue=sig.sm.queue,
+        backlog=sig.sm.backlog,
+        panic_until=sig.panic.until,
+        demand=ramp.usage,
+        lead_seconds=ramp.lead_seconds,
+        scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
+    )
+    problem = sig.sm.metrics_problem
+    return Decision(
+        desired_replicas=desired,
+        current_replicas=current,
+        reason=reason,
+        reasons=reasons,
+        state=sig.slo.remember(spec, carried, desired, now),
+        limits=limited.limits,
+        held=held,
+        signal_reason=sig.sm.reason,
+        metrics_problem=None if problem is None else (sig.sm.metrics_reason, problem),
+        recommendation=rec.replicas,
+        metric_value=sig.sm.metric_value,
+        metric_timestamp=sig.sm.metric_timestamp,
+        signals={**sig.values, **rec.values},
+        effective_target=sig.slo.target,
+        p99_ms=sig.slo.p99_ms,
+        panicking=sig.panic.panicking,
+    )
+
+
+__all__ = ["conclude", "decide"]

@@ -1,0 +1,59 @@
+"""Stabilisation step: HPA's up/down windows over the recorded recommendations (table-driven)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.steps.observe import Observed
+from gem_operator.autoscaling.steps.recommend import Recommendation
+from gem_operator.autoscaling.steps.stabilise import stabilise
+
+NOW = 10_000.0
+
+
+def seen(current: int, history: tuple[tuple[float, int], ...] = ()) -> Observed:
+    return Observed(current, 0, 50, current, tuple((NOW - age, n) for age, n in history), ())
+
+
+def rec(replicas: int | None, *, steady: int | None = None, at_once: bool = False) -> Recommendation:
+    return Recommendation(replicas, "R", (), 0, None, steady=steady, at_once=at_once)
+
+
+# (windows up/down, current, history as (age s, replicas), recommendation, want count, want recorded, want reason text)
+CASES: list[Any] = [
+    pytest.param((0, 300), 5, (), rec(5), 5, 5, None, id="steady-state"),
+    pytest.param((0, 300), 6, (), rec(None), 6, None, None, id="hold-records-nothing"),
+    pytest.param((0, 300), 6, ((100, 8),), rec(0, at_once=True), 0, None, None, id="idle-or-yield-skips-windows"),
+    pytest.param((0, 300), 6, ((100, 8),), rec(5), 6, 5, "stabilised to 6", id="down-window-holds-the-current"),
+    pytest.param((0, 300), 6, ((400, 8),), rec(5), 5, 5, None, id="down-window-expired"),
+    pytest.param((0, 300), 10, ((100, 8),), rec(5), 8, 5, "stabilised to 8", id="falls-to-highest-of-window"),
+    pytest.param((60, 300), 4, ((30, 4),), rec(8), 4, 8, "stabilised to 4", id="up-window-holds"),
+    pytest.param((60, 300), 4, ((30, 6),), rec(8), 6, 8, "stabilised to 6", id="rises-to-lowest-of-up-window"),
+    pytest.param((0, 300), 4, ((30, 2),), rec(8), 8, 8, None, id="no-up-window-rises-at-once"),
+    pytest.param((0, 300), 6, (), rec(6, steady=3), 6, 3, None, id="records-what-arrivals-need"),
+]
+
+
+@pytest.mark.parametrize(("windows", "current", "history", "recommendation", "want", "recorded", "text"), CASES)
+def test_stabilise(
+    windows: tuple[int, int],
+    current: int,
+    history: tuple[tuple[float, int], ...],
+    recommendation: Recommendation,
+    want: int,
+    recorded: int | None,
+    text: str | None,
+) -> None:
+    spec = AutoscalingSpec.model_validate({"stabilizationSeconds": {"up": windows[0], "down": windows[1]}})
+    before = seen(current, history)
+    out = stabilise(spec, before, recommendation, NOW)
+    assert out.replicas == want
+    if recorded is None:
+        assert out.recommendations == before.recommendations
+    else:
+        assert out.recommendations == (*before.recommendations, (NOW, recorded))
+    assert [r.text for r in out.reasons] == ([text] if text else [])
+    assert all(r.step == "stabilisation" for r in out.reasons)
