@@ -52,7 +52,8 @@ class Parallelism(ApiModel):
 
     @property
     def product(self) -> int:
-        return self.pp * self.dp_replicate * self.dp_shard * self.cp * self.tp
+        """The world size: the product of the degrees."""
+        return self.mesh.world_size
 
     def mesh_shape_env(self) -> str:
         """The GEM_MESH_SHAPE value (docs/contracts.md)."""
