@@ -48,12 +48,12 @@ class Parallelism(ApiModel):
     @property
     def mesh(self) -> Mesh:
         """The device mesh these degrees describe (ranks, coordinates, groups)."""
-        return Mesh.of(self.shape, self.ep)
+        return Mesh(self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp, self.ep)
 
     @property
     def product(self) -> int:
-        """The world size: the product of the degrees."""
-        return self.mesh.world_size
+        """The world size (``Mesh.world_size``), computed here: it is read for every pod rendered."""
+        return self.pp * self.dp_replicate * self.dp_shard * self.cp * self.tp
 
     def mesh_shape_env(self) -> str:
         """The GEM_MESH_SHAPE value (docs/contracts.md)."""

@@ -148,7 +148,8 @@ def replica_group_ranks(spec: GEMTrainingSpec, node_rank: int) -> list[int]:
     """
     mesh, nproc = spec.parallelism.mesh, spec.nproc_per_node
     replica = mesh.replica_groups()[mesh.replica_of(node_rank * nproc)]
-    return sorted(int(rank) // nproc for rank in replica if rank % nproc == 0)
+    firsts: list[int] = (replica[replica % nproc == 0] // nproc).tolist()
+    return sorted(firsts)
 
 
 def replica_groups_separable(spec: GEMTrainingSpec) -> bool:

@@ -108,7 +108,8 @@ def _env(
     service = child_name(owner, ROLE_RENDEZVOUS)
     master = f"{child_name(owner, ROLE_WORKER, 0)}.{service}.{owner.namespace}.svc"
     nproc = spec.nproc_per_node
-    coords = spec.parallelism.mesh.coords_table()[node_rank * nproc : (node_rank + 1) * nproc].tolist()
+    mesh = spec.parallelism.mesh
+    coords = [list(mesh.coords(r)) for r in range(node_rank * nproc, (node_rank + 1) * nproc)]
     torchrun = {
         "MASTER_ADDR": master,
         "MASTER_PORT": str(spec.rendezvous_port),
