@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from gem_operator.api.mesh import Mesh
 from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.render.common import Owner
-from gem_operator.render.training import rank_coords, render_training
+from gem_operator.render.training import render_training
 
 OWNER = Owner("gem.dev/v1alpha1", "GEMTraining", "job", "ml", "uid-1", (("kueue.x-k8s.io/queue-name", "q"),))
 
@@ -76,7 +77,7 @@ def test_rank_coords_is_row_major(shape: tuple[int, ...]) -> None:
     world = 1
     for s in shape:
         world *= s
-    assert [tuple(rank_coords(r, shape)) for r in range(world)] == expected
+    assert [Mesh.of(shape).coords(r) for r in range(world)] == expected
 
 
 def test_suspend_keeps_service_and_config_but_no_pods() -> None:

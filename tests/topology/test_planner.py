@@ -12,10 +12,10 @@ import json
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gem_operator.api.training import GEMTrainingSpec, TopologyTier
-from gem_operator.render.training import rank_coords
 from gem_operator.topology import (
     ClusterView,
     Infeasible,
@@ -258,7 +258,7 @@ def test_ranks_and_coords_follow_node_rank() -> None:
     for r in ranks:
         assert r.rank == r.node_rank * plan.nproc_per_node + r.local_rank
         assert r.node == plan.nodes[r.node_rank]
-        assert list(r.coords) == rank_coords(r.rank, job.parallelism.shape)
+        assert list(r.coords) == [int(c) for c in np.unravel_index(r.rank, job.parallelism.shape)]  # row-major
 
 
 def test_deterministic_and_independent_of_input_order() -> None:

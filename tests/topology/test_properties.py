@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gem_operator.api.training import GEMTrainingSpec
-from gem_operator.render.training import rank_coords
 from gem_operator.topology import ClusterView, HostView, Infeasible, Placement, plan_gang
 from gem_operator.topology.cluster import blocking_taints
 
@@ -125,7 +125,7 @@ def test_planner_invariants(cluster: tuple[ClusterView, frozenset[str]], job: GE
     assert len(coords) == job.world_size
     for r in ranks:
         assert all(0 <= c < s for c, s in zip(r.coords, job.parallelism.shape, strict=True))
-        assert list(r.coords) == rank_coords(r.rank, job.parallelism.shape)
+        assert list(r.coords) == [int(c) for c in np.unravel_index(r.rank, job.parallelism.shape)]  # row-major
         assert r.node == result.nodes[r.rank // nproc]
     # Required rules hold.
     names = {"dpShard": "dp_shard", "dpReplicate": "dp_replicate"}

@@ -1,4 +1,4 @@
-"""Types shared by the three kinds: base model config, conditions, resources, model sources.
+"""Types shared by the three kinds: conditions, resources, workload, model sources (base model: ``base``).
 
 Every field is camelCase on the wire (Kubernetes convention) and snake_case in Python. Models
 forbid unknown fields so that a typo in a manifest becomes an error that names the field instead
@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, field_validator
+
+# ApiModel is re-exported: the kinds' modules import it from here.
+from gem_operator.api.base import ApiModel as ApiModel
+from gem_operator.api.base import Quantity
+from gem_operator.api.pod_template import PodTemplate
 
 GROUP = "gem.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-# Kubernetes quantities, e.g. "8", "500m", "64Gi".
-QUANTITY_PATTERN = r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$"
 # Names of children are "<cr>-<role>-<index>", and Service names must be DNS-1035 labels.
 CR_NAME_MAX = 40
 # Bounds on free-form strings, so that a resource cannot carry megabytes into every child it renders.
@@ -28,25 +30,6 @@ URI_MAX = 2048
 DNS_SUBDOMAIN_MAX = 253
 ARG_MAX = 4096
 ENV_VALUE_MAX = 32768
-
-
-class ApiModel(BaseModel):
-    """Base for spec and status models: camelCase aliases, unknown fields rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_enum_values=True,
-        validate_default=True,
-    )
-
-    def to_wire(self) -> dict[str, Any]:
-        """The object as it appears in the API: camelCase keys, no unset optionals."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
 
 
 class ConditionStatus(StrEnum):
@@ -149,9 +132,6 @@ class SecretRef(ApiModel):
         description="Name of a Secret in the resource's namespace.",
     )
 
-
-# pod_template builds on ApiModel and Quantity above; Workload below embeds it.
-from gem_operator.api.pod_template import PodTemplate  # noqa: E402
 
 WORKLOADS_REPOSITORY = "ghcr.io/gem-dev/gem-workloads"
 WORKLOADS_TAG = "0.1.0"

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
-from gem_operator.api.common import QUANTITY_PATTERN, ApiModel
+from gem_operator.api.base import QUANTITY_PATTERN, ApiModel
 
 GPU_RESOURCE = "nvidia.com/gpu"
 #: Main container of each kind: a podTemplate container with one of these names is merged into it.

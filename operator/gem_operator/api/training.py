@@ -12,12 +12,8 @@ from typing import Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from gem_operator.api.common import URI_MAX, ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.mesh import MAX_WORLD_SIZE, MESH_DIMS, Mesh
 from gem_operator.api.pod_template import check_main_container
-
-MESH_DIMS: tuple[str, ...] = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
-# The largest gang the operator takes (2^17 GPUs, beyond today's largest clusters): the rank map and
-# the planner's work grow with it, and a typo in a degree should be an error, not a week of planning.
-MAX_WORLD_SIZE = 131072
 
 
 class Parallelism(ApiModel):
@@ -50,7 +46,13 @@ class Parallelism(ApiModel):
         return (self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp)
 
     @property
+    def mesh(self) -> Mesh:
+        """The device mesh these degrees describe (ranks, coordinates, groups)."""
+        return Mesh(self.pp, self.dp_replicate, self.dp_shard, self.cp, self.tp, self.ep)
+
+    @property
     def product(self) -> int:
+        """The world size (``Mesh.world_size``), computed here: it is read for every pod rendered."""
         return self.pp * self.dp_replicate * self.dp_shard * self.cp * self.tp
 
     def mesh_shape_env(self) -> str:
@@ -59,21 +61,9 @@ class Parallelism(ApiModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.product > MAX_WORLD_SIZE:
-            raise ValueError(
-                f"world size pp*dpReplicate*dpShard*cp*tp = {self.product} exceeds the maximum of "
-                f"{MAX_WORLD_SIZE} GPUs; lower a degree"
-            )
-        if self.world_size is not None and self.world_size != self.product:
-            raise ValueError(
-                f"worldSize is {self.world_size} but pp*dpReplicate*dpShard*cp*tp = {self.product}; "
-                "fix a degree or drop worldSize"
-            )
-        if (self.dp_shard * self.cp) % self.ep != 0:
-            raise ValueError(
-                f"ep ({self.ep}) must divide dpShard*cp ({self.dp_shard * self.cp}): experts are "
-                "sharded over the data-shard and context ranks; choose an ep that divides it"
-            )
+        problems = self.mesh.problems(self.world_size)
+        if problems:
+            raise ValueError(problems[0])
         return self
 
 
@@ -279,20 +269,20 @@ class GEMTrainingSpec(ApiModel):
     def num_nodes(self) -> int:
         return self.world_size // self.nproc_per_node
 
+    def embedding_group(self, placed: int | None = None) -> int:
+        """Ranks per TorchRec sharding group: the spec's value, else the group the placement
+        aligned to its domains (``placed``), else one pod's ranks.
+
+        The one place this default is decided: the planner, the cost model and the pods all ask here.
+        """
+        return self.embedding_sharding_group or placed or self.nproc_per_node
+
     @model_validator(mode="after")
     def _fits_hosts(self) -> Self:
-        par = self.parallelism
-        if par.tp > self.gpus_per_node or self.gpus_per_node % par.tp != 0:
-            raise ValueError(
-                f"parallelism.tp ({par.tp}) must divide gpusPerNode ({self.gpus_per_node}): a tensor-parallel "
-                "group never leaves a host; lower tp or raise gpusPerNode"
-            )
-        world = par.product
-        if world > self.gpus_per_node and world % self.gpus_per_node != 0:
-            raise ValueError(
-                f"world size {world} (pp*dpReplicate*dpShard*cp*tp) is not a multiple of gpusPerNode "
-                f"({self.gpus_per_node}): one pod takes all GPUs of a host; change a degree so it is"
-            )
+        problems = self.parallelism.mesh.host_problems(self.gpus_per_node)
+        if problems:
+            raise ValueError(problems[0])
+        world = self.parallelism.product
         check_main_container(self.workload.pod_template, "trainer")
         if self.embedding_sharding_group is not None and world % self.embedding_sharding_group != 0:
             raise ValueError(

@@ -14,7 +14,6 @@ from typing import Any
 
 from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.render.common import spec_hash
-from gem_operator.render.training import rank_coords
 
 MAX_BACKOFF_SECONDS = 3600
 _STEP = re.compile(r"(\d+)")
@@ -142,23 +141,18 @@ def newest_checkpoint(candidates: Iterable[str | None]) -> str | None:
 
 
 def replica_group_ranks(spec: GEMTrainingSpec, node_rank: int) -> list[int]:
-    """Node ranks of the data-parallel replica that holds ``node_rank``.
+    """Node ranks of the data-parallel replica that holds ``node_rank`` (pods whose first rank is in it).
 
     Only meaningful when every pod belongs to exactly one replica (nproc divides the ranks of a
     replica's inner dims), which ``replica_groups_separable`` checks.
     """
-    shape = spec.parallelism.shape
-    nproc = spec.nproc_per_node
-
-    def replica(rank: int) -> int:
-        return rank_coords(rank * nproc, shape)[1]
-
-    target = replica(node_rank)
-    return [n for n in range(spec.num_nodes) if replica(n) == target]
+    mesh, nproc = spec.parallelism.mesh, spec.nproc_per_node
+    replica = mesh.replica_groups()[mesh.replica_of(node_rank * nproc)]
+    firsts: list[int] = (replica[replica % nproc == 0] // nproc).tolist()
+    return sorted(firsts)
 
 
 def replica_groups_separable(spec: GEMTrainingSpec) -> bool:
     """True when a replica group can restart alone: several replicas and none shares a pod."""
-    par = spec.parallelism
-    inner = par.dp_shard * par.cp * par.tp
-    return par.dp_replicate > 1 and inner % spec.nproc_per_node == 0
+    mesh = spec.parallelism.mesh
+    return mesh.dp_replicate > 1 and mesh.replica_block % spec.nproc_per_node == 0

@@ -12,9 +12,13 @@ Kueue itself is not needed to run the operator: without the label none of this h
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gem_operator.render.common import ANNOTATION_SPEC_HASH
+from gem_operator.api.kinds import GEM_TRAINING
+from gem_operator.api.training import GEMTrainingSpec
+from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children
+from gem_operator.controllers.status import observe_gang, training_phase
+from gem_operator.render.common import ANNOTATION_SPEC_HASH, Owner
 from gem_operator.render.kueue import (
     KUEUE_API_VERSION,
     QUEUE_LABEL,
@@ -25,27 +29,45 @@ from gem_operator.render.kueue import (
     render_workload,
     workload_name,
 )
-from gem_operator.render.training import render_training
-
-if TYPE_CHECKING:
-    from gem_operator.controllers.training import TrainingPass
+from gem_operator.render.training import TrainingChildren, worker_pod
 
 WORKLOAD = "Workload"
 RESOURCE_FLAVOR = "ResourceFlavor"
+
+
+class AdmissionPass(Protocol):
+    """What admission needs of a GEMTraining's reconcile pass (``controllers.training.TrainingPass``).
+
+    Declared here so that this module does not import the controller that calls it.
+    """
+
+    ctx: PassContext
+    spec: GEMTrainingSpec
+    outcome: Outcome
+    owner: Owner
+    status: dict[str, Any]
+    fields: dict[str, Any]
+
+    def event(self, type_: str, reason: str, message: str) -> None: ...
+
+    def condition(self, type_: str, status: str, reason: str, message: str) -> None: ...
+
+    async def delete_pods(self, names: set[str] | None = None) -> None: ...
+
+    async def render(self, spec: GEMTrainingSpec, **kwargs: Any) -> TrainingChildren | None: ...
 
 
 def _hash(obj: dict[str, Any] | None) -> str | None:
     return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
 
 
-async def admission(tp: TrainingPass) -> KueueDecision | None:
+async def admission(tp: AdmissionPass) -> KueueDecision | None:
     """Keep the gang's Workload in step with the spec; None when the resource asks for no queue."""
     queue = queue_name(tp.owner)
     if queue is None:
         return None
     ctx, spec = tp.ctx, tp.spec
-    pod = render_training(tp.owner, spec.model_copy(update={"suspend": False})).pods[0]
-    desired = render_workload(tp.owner, spec, pod, queue)
+    desired = render_workload(tp.owner, spec, worker_pod(tp.owner, spec), queue)
     name = desired["metadata"]["name"]
     current = await ctx.kube.get(KUEUE_API_VERSION, WORKLOAD, name, ctx.namespace)
     if current is not None and _hash(current) != _hash(desired):
@@ -81,7 +103,7 @@ async def admission(tp: TrainingPass) -> KueueDecision | None:
     return decision
 
 
-async def admitted_node_labels(tp: TrainingPass, decision: KueueDecision) -> dict[str, str]:
+async def admitted_node_labels(tp: AdmissionPass, decision: KueueDecision) -> dict[str, str]:
     """Node labels of the ResourceFlavors Kueue admitted the gang to: the planner keeps to those nodes."""
     flavors = []
     for name in decision.flavors:
@@ -91,15 +113,14 @@ async def admitted_node_labels(tp: TrainingPass, decision: KueueDecision) -> dic
     return flavor_node_labels(flavors)
 
 
-async def hold(tp: TrainingPass, decision: KueueDecision, pods: list[dict[str, Any]]) -> None:
-    """Not admitted (or evicted): no pods; release the reservation once an evicted gang is gone."""
-    from gem_operator.controllers.reconcile import apply_children
-    from gem_operator.controllers.status import observe_gang, training_phase
-    from gem_operator.controllers.training import INFO
+async def hold(tp: AdmissionPass, decision: KueueDecision, pods: list[dict[str, Any]]) -> None:
+    """Not admitted (or evicted): no pods; release the reservation once an evicted gang is gone.
 
-    await apply_children(
-        tp.ctx, INFO, render_training(tp.owner, tp.spec.model_copy(update={"suspend": True})).all(), tp.outcome
-    )
+    The pass's one render: the Service and ConfigMap of the gang without its pods.
+    """
+    children = await tp.render(tp.spec.model_copy(update={"suspend": True}))
+    if children is not None:
+        await apply_children(tp.ctx, GEM_TRAINING, children.all(), tp.outcome)
     if pods:
         if not decision.evicted:  # an eviction has its own Event
             tp.event("Normal", "GangRemoved", f"removed {len(pods)} pods: {decision.message}")
@@ -113,7 +134,7 @@ async def hold(tp: TrainingPass, decision: KueueDecision, pods: list[dict[str, A
         tp.condition(type_, "False", "Queued" if not decision.evicted else "Evicted", decision.message)
 
 
-async def _release(tp: TrainingPass) -> None:
+async def _release(tp: AdmissionPass) -> None:
     """The job's half of an eviction: with no pods left, clear the admission so Kueue can requeue."""
     name = workload_name(tp.owner)
     stamp = tp.ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -143,7 +164,7 @@ async def _release(tp: TrainingPass) -> None:
     )
 
 
-async def finish(tp: TrainingPass, phase: str, message: str) -> None:
+async def finish(tp: AdmissionPass, phase: str, message: str) -> None:
     """Mark the Workload Finished (Succeeded/Failed) so Kueue returns its quota."""
     if queue_name(tp.owner) is None:
         return

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from gem_operator.api.kinds import GEM_TRAINING
-from gem_operator.api.training import GEMTrainingSpec, Parallelism, PlacementSummary
+from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
 from gem_operator.controllers import gang, humanize, kueue
 from gem_operator.controllers.offload import offload
 from gem_operator.controllers.pod_reasons import not_ready_summary
@@ -30,7 +30,14 @@ from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SE
 from gem_operator.controllers.status import observe_gang, training_phase
 from gem_operator.kube.kueue import read_topology
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_ROLE, Owner
-from gem_operator.render.training import GANG_GATE, LABEL_NODE_RANK, ROLE_WORKER, TrainingChildren, render_training
+from gem_operator.render.training import (
+    GANG_GATE,
+    LABEL_NODE_RANK,
+    ROLE_WORKER,
+    TrainingChildren,
+    render_training,
+    rendezvous_service,
+)
 from gem_operator.topology import (
     Infeasible,
     Placement,
@@ -43,9 +50,6 @@ from gem_operator.topology.tiers import kueue_levels
 INFO = GEM_TRAINING
 # A ConfigMap holds at most 1 MiB (data and metadata together); keep room for the metadata.
 CONFIG_MAP_LIMIT = 1024 * 1024 - 16 * 1024
-
-
-_ONE_RANK = Parallelism()
 
 
 def _stamp(when: datetime) -> str:
@@ -77,7 +81,11 @@ class TrainingPass:
         self.outcome.draft.condition(type_, status, reason, message)
 
     async def render(self, spec: GEMTrainingSpec, **kwargs: Any) -> TrainingChildren | None:
-        """The children, rendered off the event loop; None (and a condition) if the ConfigMap cannot fit."""
+        """The children, rendered off the event loop; None (and a condition) if the ConfigMap cannot fit.
+
+        A pass renders at most once, on whichever path it takes (placed, suspended, queued); the
+        rest of the pass works from that result.
+        """
         children = await offload("rendering the gang", render_training, self.owner, spec, **kwargs)
         size = sum(len(v) for v in (children.config.get("data") or {}).values())
         if size > CONFIG_MAP_LIMIT:
@@ -365,10 +373,7 @@ class TrainingPass:
         if mine:
             self.event("Warning", "GangRemoved", f"removed {len(mine)} pods: the gang cannot be placed whole")
         await self.delete_pods()
-        service = render_training(
-            self.owner, self.spec.model_copy(update={"suspend": True, "parallelism": _ONE_RANK})
-        ).service
-        await apply_children(self.ctx, INFO, [service], self.outcome)
+        await apply_children(self.ctx, INFO, [rendezvous_service(self.owner, self.spec)], self.outcome)
 
     async def kueue_levels(self, name: str) -> list[str] | None:
         """The node labels of the Kueue Topology the spec names, or None (unplaced, with why)."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gem_operator.api.training import MESH_DIMS, GEMTrainingSpec
+from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.render.common import (
     ANNOTATION_SPEC_HASH,
     GPU_TOLERATION,
@@ -50,15 +50,6 @@ MAIN_CONTAINER = "trainer"
 DEFAULT_SHM_SIZE = "16Gi"
 
 
-def rank_coords(rank: int, shape: Sequence[int]) -> list[int]:
-    """Row-major coordinates of a global rank in the mesh (DeviceMesh convention)."""
-    coords = []
-    for size in reversed(shape):
-        coords.append(rank % size)
-        rank //= size
-    return list(reversed(coords))
-
-
 @dataclass(frozen=True)
 class TrainingChildren:
     service: dict[str, Any]
@@ -76,11 +67,13 @@ def rank_map(
     node_topology: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Every pod's node rank, host, topology domains, global ranks and mesh coordinates."""
-    shape = spec.parallelism.shape
+    mesh = spec.parallelism.mesh
+    coords = mesh.coords_table()
     nproc = spec.nproc_per_node
     nodes = []
     for node_rank in range(spec.num_nodes):
-        ranks = list(range(node_rank * nproc, (node_rank + 1) * nproc))
+        first = node_rank * nproc
+        ranks = list(range(first, first + nproc))
         nodes.append(
             {
                 "nodeRank": node_rank,
@@ -88,10 +81,10 @@ def rank_map(
                 "node": node_names[node_rank],
                 "topology": dict((node_topology or {}).get(node_names[node_rank] or "", {})),
                 "ranks": ranks,
-                "coords": [rank_coords(r, shape) for r in ranks],
+                "coords": coords[first : first + nproc].tolist(),
             }
         )
-    return {"mesh": dict(zip(MESH_DIMS, shape, strict=True)), "ep": spec.parallelism.ep, "nodes": nodes}
+    return {"mesh": mesh.as_dict(), "ep": mesh.ep, "nodes": nodes}
 
 
 def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[str, Any]:
@@ -102,7 +95,7 @@ def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[s
         "data": spec.training.data,
         "steps": spec.training.steps,
         "checkpoint": spec.checkpoint.to_wire(),
-        "mesh": dict(zip(MESH_DIMS, spec.parallelism.shape, strict=True)),
+        "mesh": spec.parallelism.mesh.as_dict(),
         "ep": spec.parallelism.ep,
         "embeddingShardingGroup": embedding_group,
         "failurePolicy": spec.failure_policy.to_wire(),
@@ -115,7 +108,8 @@ def _env(
     service = child_name(owner, ROLE_RENDEZVOUS)
     master = f"{child_name(owner, ROLE_WORKER, 0)}.{service}.{owner.namespace}.svc"
     nproc = spec.nproc_per_node
-    coords = [rank_coords(r, spec.parallelism.shape) for r in range(node_rank * nproc, (node_rank + 1) * nproc)]
+    mesh = spec.parallelism.mesh
+    coords = [list(mesh.coords(r)) for r in range(node_rank * nproc, (node_rank + 1) * nproc)]
     torchrun = {
         "MASTER_ADDR": master,
         "MASTER_PORT": str(spec.rendezvous_port),
@@ -296,6 +290,30 @@ def _without_resume(pod_spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def rendezvous_service(owner: Owner, spec: GEMTrainingSpec) -> dict[str, Any]:
+    """The headless Service the pods rendezvous through (all a gang that cannot be placed keeps)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, child_name(owner, ROLE_RENDEZVOUS), ROLE_RENDEZVOUS, APP),
+        "spec": {
+            "clusterIP": "None",
+            # Rendezvous must resolve before pods are Ready (they become Ready only after it).
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(owner, ROLE_WORKER),
+            "ports": [{"name": "rendezvous", "port": spec.rendezvous_port, "targetPort": spec.rendezvous_port}],
+        },
+    }
+
+
+def worker_pod(owner: Owner, spec: GEMTrainingSpec) -> dict[str, Any]:
+    """One unpinned worker (node rank 0, no resume point): the shape every pod of the gang shares.
+
+    What Kueue's podSet describes; it costs one pod, not the gang and its rank map.
+    """
+    return _pod(owner, spec, 0, None, None, spec.embedding_group())
+
+
 def render_training(
     owner: Owner,
     spec: GEMTrainingSpec,
@@ -312,26 +330,14 @@ def render_training(
 
     With ``node_names`` (by node rank) every pod is pinned to its host and gated; the caller
     removes the gates once the whole gang exists. ``embedding_sharding_group`` is the group the
-    planner aligned to the placement, used when the spec leaves it unset (else one host).
+    planner aligned to the placement (``GEMTrainingSpec.embedding_group`` decides which applies).
     ``peers`` are the model-cache peer URLs the checkpoint-restore init container may read from;
     ``node_cache`` False (GEM_NODE_CACHE=off) restores without the node cache's hostPath.
     """
-    embedding_group = spec.embedding_sharding_group or embedding_sharding_group or spec.nproc_per_node
+    embedding_group = spec.embedding_group(embedding_sharding_group)
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
     if len(nodes) != spec.num_nodes:
         raise ValueError(f"placement has {len(nodes)} nodes, the gang needs {spec.num_nodes}")
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(owner, child_name(owner, ROLE_RENDEZVOUS), ROLE_RENDEZVOUS, APP),
-        "spec": {
-            "clusterIP": "None",
-            # Rendezvous must resolve before pods are Ready (they become Ready only after it).
-            "publishNotReadyAddresses": True,
-            "selector": selector_labels(owner, ROLE_WORKER),
-            "ports": [{"name": "rendezvous", "port": spec.rendezvous_port, "targetPort": spec.rendezvous_port}],
-        },
-    }
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -350,4 +356,4 @@ def render_training(
             for i in range(spec.num_nodes)
         ]
     )
-    return TrainingChildren(service=service, config=config, pods=pods)
+    return TrainingChildren(service=rendezvous_service(owner, spec), config=config, pods=pods)

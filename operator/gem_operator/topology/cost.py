@@ -2,17 +2,14 @@
 
 Assumptions (all volumes per training step, bf16 = 2 bytes per value; defaults in ``CostModel``):
 
-* Mesh ``(pp, dp_replicate, dp_shard, cp, tp)``, row-major: global rank ``r`` has the
-  coordinates of ``r`` unravelled over that shape (docs/contracts.md). Pod ``n`` holds ranks
-  ``n*nproc .. n*nproc+nproc-1``.
+* Mesh ``(pp, dp_replicate, dp_shard, cp, tp)``, row-major, and its groups as ``api.mesh.Mesh``
+  defines them (docs/contracts.md). Pod ``n`` holds ranks ``n*nproc .. n*nproc+nproc-1``.
 * Each data-parallel rank processes ``microbatches`` micro-batches of ``seq_len / cp`` tokens.
 * **tp**: 4 ring all-reduces of the activations (2 forward, 2 backward) per layer and micro-batch.
 * **cp**: ring attention; each rank passes its K/V block ``cp-1`` times forward and twice that
   backward, per layer and micro-batch (modelled as a ring whose every edge carries that volume).
 * **ep** (folded into ``dp_shard x cp``): MoE all-to-all, dispatch + combine, forward and backward
-  (4 passes of the local tokens' hidden states) on ``moe_layer_fraction`` of the layers. An ep
-  group is ``ep`` consecutive positions of the flattened ``(dp_shard, cp)`` index with the other
-  coordinates fixed, as torchtitan unflattens ``dp_shard`` into ``(dp_shard_mod_ep, dp_shard_in_ep)``.
+  (4 passes of the local tokens' hidden states) on ``moe_layer_fraction`` of the layers.
 * **dp_shard** (FSDP): all-gather of parameters forward and backward plus a reduce-scatter of
   gradients: 3 ring passes over the dense parameters of one pipeline stage and tp shard.
 * **dp_replicate** (HSDP/DDP): ring all-reduce of the gradient shard ``params / (pp*tp*dp_shard)``.
@@ -40,11 +37,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
+
+from gem_operator.api.mesh import IntArray, Mesh, consecutive
 
 COST_DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp_shard", "dp_replicate", "pp", "embedding")
-
-IntArray = npt.NDArray[np.int64]
+# How each dimension communicates: rings, a chain of pipeline stages, or all-to-all.
+_PATTERNS: dict[str, str] = {
+    "tp": "ring",
+    "cp": "ring",
+    "dp_shard": "ring",
+    "dp_replicate": "ring",
+    "pp": "chain",
+    "ep": "a2a",
+    "embedding": "a2a",
+}
 
 
 def _default_bandwidth() -> dict[str, float]:
@@ -86,11 +92,6 @@ class CommCost:
     score: float
 
 
-def _ring_groups(doms: IntArray, shape: Sequence[int], axis: int) -> IntArray:
-    arr = doms.reshape(tuple(shape))
-    return np.moveaxis(arr, axis, -1).reshape(-1, shape[axis])
-
-
 def _distinct(groups: IntArray) -> IntArray:
     srt = np.sort(groups, axis=1)
     out: IntArray = (np.diff(srt, axis=1) != 0).sum(axis=1).astype(np.int64) + 1
@@ -111,19 +112,10 @@ def _same_pairs(groups: IntArray) -> IntArray:
     return np.bincount(run_row, weights=counts.astype(np.float64) ** 2, minlength=rows).astype(np.int64)
 
 
-def dim_groups(doms: IntArray, shape: Sequence[int], ep: int, embedding_group: int) -> dict[str, tuple[str, IntArray]]:
-    """Per dimension: (pattern, groups as rows of domain ids)."""
-    pp, dr, ds, cp, tp = shape
-    out: dict[str, tuple[str, IntArray]] = {
-        "tp": ("ring", _ring_groups(doms, shape, 4)),
-        "cp": ("ring", _ring_groups(doms, shape, 3)),
-        "dp_shard": ("ring", _ring_groups(doms, shape, 2)),
-        "dp_replicate": ("ring", _ring_groups(doms, shape, 1)),
-        "pp": ("chain", _ring_groups(doms, shape, 0)),
-    }
-    ep_shape = (pp, dr, (ds * cp) // ep, ep, tp)
-    out["ep"] = ("a2a", _ring_groups(doms, ep_shape, 3))
-    out["embedding"] = ("a2a", doms.reshape(-1, embedding_group))
+def dim_groups(doms: IntArray, mesh: Mesh, embedding_group: int) -> dict[str, tuple[str, IntArray]]:
+    """Per dimension: (pattern, groups as rows of the domain ids of their ranks)."""
+    out = {dim: (_PATTERNS[dim], mesh.along(doms, dim)) for dim in ("tp", "cp", "dp_shard", "dp_replicate", "pp", "ep")}
+    out["embedding"] = (_PATTERNS["embedding"], consecutive(doms, embedding_group))
     return out
 
 
@@ -159,7 +151,8 @@ def comm_cost(
     """Cost of a placement given, per tier (tightest first), the domain id of each node rank."""
     model = model or CostModel()
     tiers = tuple(node_domains)
-    world = int(np.prod(shape))
+    mesh = Mesh.of(shape, ep)
+    world = mesh.world_size
     emb = embedding_group or nproc
     if emb <= 0 or world % emb:
         emb = world
@@ -171,7 +164,7 @@ def comm_cost(
     for tier in tiers:
         nodes = np.asarray(node_domains[tier], dtype=np.int64)
         doms = np.repeat(nodes, nproc)
-        for dim, (pattern, rows) in dim_groups(doms, shape, ep, emb).items():
+        for dim, (pattern, rows) in dim_groups(doms, mesh, emb).items():
             n_groups, g = rows.shape
             groups[dim] = n_groups
             v = vol[dim]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gem_operator.api.training import MESH_DIMS
+from gem_operator.api.mesh import MESH_DIMS
 from gem_operator.topology.placement import Infeasible, Placement
 
 

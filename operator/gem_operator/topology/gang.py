@@ -11,11 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
+from gem_operator.api.mesh import IntArray, consecutive
 from gem_operator.api.training import GEMTrainingSpec
-
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass
@@ -33,22 +31,6 @@ class _Level:
     size: int  # largest group size (node ranks) at this level
     req_tier: int | None
     pref_tier: int | None  # Required and Preferred together: the tighter
-
-
-def _group_rows(values: IntArray, shape: Sequence[int], ep: int, emb: int) -> dict[str, IntArray]:
-    pp, dr, ds, cp, tp = shape
-
-    def along(axis: int) -> IntArray:
-        return np.moveaxis(values.reshape(tuple(shape)), axis, -1).reshape(-1, shape[axis])
-
-    return {
-        "cp": along(3),
-        "dp_shard": along(2),
-        "dp_replicate": along(1),
-        "pp": along(0),
-        "ep": np.moveaxis(values.reshape(pp, dr, (ds * cp) // ep, ep, tp), 3, -1).reshape(-1, ep),
-        "embedding": values.reshape(-1, emb),
-    }
 
 
 def _merge(labels: IntArray, rows: IntArray) -> IntArray:
@@ -79,13 +61,12 @@ def _merge(labels: IntArray, rows: IntArray) -> IntArray:
 
 def _gang_levels(spec: GEMTrainingSpec, locality: Sequence[str]) -> list[tuple[tuple[str, ...], IntArray]]:
     """Nested partitions of node ranks, innermost first, with the dimensions merged at each."""
-    shape = spec.parallelism.shape
-    nproc = spec.nproc_per_node
+    mesh = spec.parallelism.mesh
     n_nodes = spec.num_nodes
-    world = spec.world_size
-    emb = spec.embedding_sharding_group or nproc
-    rows = _group_rows(np.arange(world, dtype=np.int64) // nproc, shape, spec.parallelism.ep, emb)
+    node_of_rank = np.arange(mesh.world_size, dtype=np.int64) // spec.nproc_per_node
     order = list(locality)
+    rows = {dim: mesh.along(node_of_rank, dim) for dim in order}
+    rows["embedding"] = consecutive(node_of_rank, spec.embedding_group())
     # The embedding group joins where its own groups' size falls in the outward order.
     emb_labels = _merge(np.arange(n_nodes, dtype=np.int64), rows["embedding"])
     emb_size = int(np.bincount(emb_labels).max())

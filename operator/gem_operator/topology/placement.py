@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gem_operator.api.training import MESH_DIMS, PlacementSummary, TierUsage
+from gem_operator.api.mesh import MESH_DIMS, Mesh
+from gem_operator.api.training import PlacementSummary, TierUsage
 from gem_operator.topology.cost import CommCost
 from gem_operator.topology.tiers import TierSet
 
@@ -73,19 +74,17 @@ class Placement:
     def bytes_by_tier(self) -> dict[str, float]:
         return dict(self.cost.bytes_by_tier)
 
-    def coords(self, rank: int) -> tuple[int, ...]:
-        out = []
-        for size in reversed(self.shape):
-            out.append(rank % size)
-            rank //= size
-        return tuple(reversed(out))
+    @property
+    def mesh(self) -> Mesh:
+        return Mesh.of(self.shape, self.ep)
 
     def ranks(self) -> list[RankAssignment]:
+        mesh = self.mesh
         out = []
         for node_rank, host in enumerate(self.nodes):
             for local in range(self.nproc_per_node):
                 rank = node_rank * self.nproc_per_node + local
-                out.append(RankAssignment(rank, host, node_rank, local, self.coords(rank)))
+                out.append(RankAssignment(rank, host, node_rank, local, mesh.coords(rank)))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -94,7 +93,7 @@ class Placement:
             "feasible": True,
             "reason": None,
             "nodes": list(self.nodes),
-            "mesh": dict(zip(MESH_DIMS, self.shape, strict=True)),
+            "mesh": self.mesh.as_dict(),
             "ranks": [r.to_json() for r in self.ranks()],
             "score": {t: self.cost.bytes_by_tier[t] for t in self.tiers},
             "commScore": self.cost.score,

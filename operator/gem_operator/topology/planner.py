@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from gem_operator.api.mesh import IntArray
 from gem_operator.api.training import DEFAULT_TIERS, GEMTrainingSpec
 from gem_operator.topology.cluster import (
     DEFAULT_TOLERATIONS,
@@ -71,7 +72,7 @@ from gem_operator.topology.cluster import (
 from gem_operator.topology.cost import CostModel, comm_cost
 from gem_operator.topology.domains import _build_topology, _compute_caps, _Dom, _Topo
 from gem_operator.topology.explain import explain_plan, plan_rows
-from gem_operator.topology.gang import IntArray, _build_items, _gang_levels, _index_levels, _Level
+from gem_operator.topology.gang import _build_items, _gang_levels, _index_levels, _Level
 from gem_operator.topology.packing import _Packer, _PackError
 from gem_operator.topology.placement import PLANNER_NAME, Infeasible, Placement, PlanResult, RankAssignment
 from gem_operator.topology.tiers import TierSet
@@ -449,7 +450,7 @@ def _placement(spec: GEMTrainingSpec, topo: _Topo, nodes: tuple[str, ...], cost_
         spec.parallelism.shape,
         spec.nproc_per_node,
         ep=spec.parallelism.ep,
-        embedding_group=spec.embedding_sharding_group or spec.nproc_per_node,
+        embedding_group=spec.embedding_group(),
         model=cost_model,
     )
     return Placement(
@@ -457,7 +458,7 @@ def _placement(spec: GEMTrainingSpec, topo: _Topo, nodes: tuple[str, ...], cost_
         shape=spec.parallelism.shape,
         nproc_per_node=spec.nproc_per_node,
         ep=spec.parallelism.ep,
-        embedding_sharding_group=spec.embedding_sharding_group or spec.nproc_per_node,
+        embedding_sharding_group=spec.embedding_group(),
         tiers=tiers,
         node_domains=tuple(node_domains),
         groups={t: {d: tuple(v) for d, v in g.items()} for t, g in groups.items()},
@@ -516,12 +517,11 @@ def plan_from_files(
 def embedding_sharding_group(placement: Placement, spec: GEMTrainingSpec) -> int:
     """Ranks per TorchRec sharding group for the pods of this placement.
 
-    The spec's value when set. Otherwise the largest aligned group of ranks that this placement
-    keeps inside one domain of the embedding rule's tier (by default one NVLink domain): tables are
-    sharded over as many GPUs as the fast fabric joins, and the embedding all-to-all stays on it.
+    The spec's value when set (``GEMTrainingSpec.embedding_group`` decides). Otherwise the largest
+    aligned group of ranks that this placement keeps inside one domain of the embedding rule's tier
+    (by default one NVLink domain): tables are sharded over as many GPUs as the fast fabric joins,
+    and the embedding all-to-all stays on it.
     """
-    if spec.embedding_sharding_group:
-        return spec.embedding_sharding_group
     if placement.tierset is not None:
         tier_labels = placement.tierset.labels
     else:
@@ -530,7 +530,8 @@ def embedding_sharding_group(placement: Placement, spec: GEMTrainingSpec) -> int
     rules = _rules(spec, placement.tiers, tier_labels)
     tier = rules.get("embedding", (None, None))[1]
     aligned = placement.aligned_group.get(placement.tiers[tier], 0) if tier is not None else 0
-    return max(placement.embedding_sharding_group, aligned)
+    # An aligned group is a multiple of one pod's ranks, so it is never below the unplaced default.
+    return spec.embedding_group(aligned or None)
 
 
 def cost_model_for(spec: GEMTrainingSpec) -> CostModel:
