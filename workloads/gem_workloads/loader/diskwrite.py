@@ -1,11 +1,11 @@
 """Verified writes into a pull's staging files: hash a range, then write it in place.
 
-Why here and not in the download engine: the node cache writes the same way (its copies are
-aligned for O_DIRECT and a full disk must read the same to a user), and the engine's tests
-swap these steps to observe the overlap of network and disk. A range is checked against the
-manifest's part hashes before any byte of it is written, so a bad or hostile source can never
-plant bytes; its block-aligned body goes with O_DIRECT where the filesystem allows (no
-page-cache copy), the rest buffered.
+A range is checked against the manifest's part hashes before any byte of it is written, so a
+bad or hostile source can never plant bytes; its block-aligned body goes with O_DIRECT where the
+filesystem allows (no page-cache copy), the rest buffered. Why a module of its own: the node
+cache checks and writes by the same rules (part hashes, O_DIRECT alignment, a full disk reported
+the same way), and the download engine's concurrency reads more plainly without the byte-level
+steps.
 """
 
 from __future__ import annotations
