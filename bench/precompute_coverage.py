@@ -47,7 +47,7 @@ class Population:
         self.prefs = [self.rng.choice(groups, 3, replace=False) for _ in range(users)]
 
     def request(self, n: int) -> dict[str, Any]:
-        from gem_workloads.serving.request import example_request
+        from gem_workloads.scoring.request import example_request
 
         rng = self.rng
         u = int(rng.choice(self.users, p=self.popularity))
@@ -67,11 +67,11 @@ class Population:
 def run(args: argparse.Namespace, workers: int, redis_url: str, loaded: Any, arrivals: np.ndarray) -> dict[str, Any]:
     import redis
 
-    from gem_workloads.precompute.messages import CandidateSet
+    from gem_workloads.exchange.messages import CandidateSet
+    from gem_workloads.exchange.store import EmbeddingReader, Keys
     from gem_workloads.precompute.service import backlog
-    from gem_workloads.precompute.store import EmbeddingReader, Keys
     from gem_workloads.precompute.worker import PrecomputeWorker, WorkerConfig
-    from gem_workloads.serving.engine import Engine
+    from gem_workloads.scoring.engine import Engine
 
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
@@ -152,7 +152,7 @@ def main() -> int:
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT / "workloads"))
     from gem_workloads.replay.trace import load_trace
-    from gem_workloads.serving.engine import preset_model
+    from gem_workloads.scoring.engine import preset_model
 
     trace = load_trace(TRACE)
     n = int(args.rate * args.seconds)

@@ -48,8 +48,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA device: this benchmark only runs on a GPU"}))
         return 2
-    from gem_workloads.serving.engine import Engine, preset_model
-    from gem_workloads.serving.request import example_request, parse_request
+    from gem_workloads.scoring.engine import Engine, preset_model
+    from gem_workloads.scoring.request import example_request, parse_request
 
     device = torch.device("cuda")
     loaded = preset_model(args.preset, kind=args.kind, seq_len=args.seq_len)
@@ -103,9 +103,9 @@ def main() -> int:
 
 def write_device_profile(args: argparse.Namespace, torch: Any, device: Any) -> str:
     """Median seconds per batch on the grid (see the module docstring); returns the file written."""
+    from gem_workloads.scoring.engine import Engine, preset_model
+    from gem_workloads.scoring.request import example_request, parse_request
     from gem_workloads.serving.device import DeviceProfile
-    from gem_workloads.serving.engine import Engine, preset_model
-    from gem_workloads.serving.request import example_request, parse_request
 
     lens = [int(x) for x in args.profile_seq_lens.split(",")]
     cands = [int(x) for x in args.profile_candidates.split(",")]

@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def model_time(cands: list[int], seq_len: int, budget_s: float, min_reps: int) -> list[dict[str, Any]]:
     import torch
 
-    from gem_workloads.serving.engine import Engine, preset_model
-    from gem_workloads.serving.request import example_request, parse_request
+    from gem_workloads.scoring.engine import Engine, preset_model
+    from gem_workloads.scoring.request import example_request, parse_request
 
     loaded = preset_model("small", seq_len=seq_len)
     engine = Engine(loaded)
@@ -159,8 +159,8 @@ async def closed_loop(url: str, body: bytes, concurrency: int, seconds: float) -
 def service_profile(
     seq_len: int, cands: list[int], concurrency: list[int], seconds: float, threads: int
 ) -> tuple[list[dict[str, Any]], float]:
-    from gem_workloads.serving.engine import preset_model
-    from gem_workloads.serving.request import example_request
+    from gem_workloads.scoring.engine import preset_model
+    from gem_workloads.scoring.request import example_request
 
     schema = preset_model("small", seq_len=seq_len).schema
     proc, url, load_s = start_server(seq_len, threads, max(cands))

@@ -95,9 +95,9 @@ def serving(reps: int) -> dict[str, Any]:
     from gem_workloads.data.synthetic import SyntheticConfig, synthetic_schema
     from gem_workloads.models import build_model, get_preset
     from gem_workloads.models.model_dir import LoadedModel
-    from gem_workloads.serving.engine import Engine
-    from gem_workloads.serving.request import example_request, parse_request
-    from gem_workloads.serving.side_inputs import SideInputs
+    from gem_workloads.scoring.engine import Engine
+    from gem_workloads.scoring.request import example_request, parse_request
+    from gem_workloads.scoring.side_inputs import SideInputs
 
     torch.set_num_threads(1)
     f = get_preset("foundation")

@@ -35,8 +35,8 @@ from gem_workloads.models.model_dir import load_model_dir, save_model_dir  # noq
 from gem_workloads.precompute.__main__ import model_version  # noqa: E402
 from gem_workloads.precompute.__main__ import parser as precompute_parser  # noqa: E402
 from gem_workloads.precompute.worker import PrecomputeWorker, WorkerConfig  # noqa: E402
-from gem_workloads.serving.engine import Engine, preset_model  # noqa: E402
-from gem_workloads.serving.request import example_request  # noqa: E402
+from gem_workloads.scoring.engine import Engine, preset_model  # noqa: E402
+from gem_workloads.scoring.request import example_request  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.workloads, pytest.mark.servers, pytest.mark.slow]
 

@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
-from gem_workloads.loader import download
-from gem_workloads.loader.download import TAIL_PIECES, Downloader, PullConfig
+from gem_workloads.loader import diskwrite, download
+from gem_workloads.loader.config import PullConfig
+from gem_workloads.loader.download import Downloader
 from gem_workloads.loader.errors import SourceError
 from gem_workloads.loader.manifest import Manifest
 from gem_workloads.loader.progress import NullReporter
 from gem_workloads.loader.pull import pull
+from gem_workloads.loader.ranges import TAIL_PIECES
 from gem_workloads.loader.sources import LocalSource, ObjectInfo, ObstoreSource
 
 
@@ -74,7 +76,7 @@ class Recording:
 def _slow_verify_write(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[tuple[str, float, float]]:
     """Wrap the hash-and-write step so it takes `seconds`; returns (path, start, end) records."""
     calls: list[tuple[str, float, float]] = []
-    real = download._verify_write
+    real = diskwrite.verify_write
     lock = threading.Lock()
 
     def slow(st: Any, *args: Any) -> list[int]:
@@ -85,7 +87,7 @@ def _slow_verify_write(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[
             calls.append((st.entry.path, t0, time.monotonic()))
         return bad
 
-    monkeypatch.setattr(download, "_verify_write", slow)
+    monkeypatch.setattr(diskwrite, "verify_write", slow)
     return calls
 
 
@@ -143,13 +145,13 @@ async def test_s3_ranges_go_to_disk_with_o_direct(
     for rel in ("model.bin", "manifest.json"):
         moto_s3.client.put_object(Bucket="bkt", Key=f"m/{rel}", Body=(src / rel).read_bytes())
     calls: list[tuple[bool, bool]] = []
-    real = download._write_range
+    real = diskwrite.write_range
 
     def recording(st: Any, data: Any, offset: int, aligned: bool) -> None:
         calls.append((aligned, st.dfd is not None))
         real(st, data, offset, aligned)
 
-    monkeypatch.setattr(download, "_write_range", recording)
+    monkeypatch.setattr(diskwrite, "write_range", recording)
     await pull("s3://bkt/m", tmp_path / "dst", cfg=PullConfig(streams=2))
     assert (tmp_path / "dst" / "model.bin").read_bytes() == (src / "model.bin").read_bytes()
     if not any(direct for _, direct in calls):

@@ -13,14 +13,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchrec")
 redis = pytest.importorskip("redis")
 
+from gem_workloads.exchange.messages import CandidateSet  # noqa: E402
+from gem_workloads.exchange.store import EmbeddingReader, Keys, unpack  # noqa: E402
 from gem_workloads.models.model_dir import LoadedModel  # noqa: E402
 from gem_workloads.precompute.__main__ import main as precompute_main  # noqa: E402
-from gem_workloads.precompute.messages import CandidateSet  # noqa: E402
 from gem_workloads.precompute.service import PrecomputeMetrics, backlog  # noqa: E402
-from gem_workloads.precompute.store import EmbeddingReader, Keys, unpack  # noqa: E402
 from gem_workloads.precompute.worker import PrecomputeWorker, WorkerConfig  # noqa: E402
-from gem_workloads.serving.engine import Engine, preset_model  # noqa: E402
-from gem_workloads.serving.request import example_request, parse_request  # noqa: E402
+from gem_workloads.scoring.engine import Engine, preset_model  # noqa: E402
+from gem_workloads.scoring.request import example_request, parse_request  # noqa: E402
 
 pytestmark = [pytest.mark.workloads, pytest.mark.servers]
 

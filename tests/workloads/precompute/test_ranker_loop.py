@@ -20,11 +20,11 @@ from gem_workloads.models.kunlun import KunlunModel  # noqa: E402
 from gem_workloads.models.model_dir import LoadedModel  # noqa: E402
 from gem_workloads.precompute.service import backlog  # noqa: E402
 from gem_workloads.precompute.worker import PrecomputeWorker, WorkerConfig  # noqa: E402
+from gem_workloads.scoring.engine import Engine, preset_model  # noqa: E402
+from gem_workloads.scoring.request import example_request  # noqa: E402
 from gem_workloads.serving.app import ServerConfig, create_app  # noqa: E402
-from gem_workloads.serving.engine import Engine, preset_model  # noqa: E402
 from gem_workloads.serving.lookups import PrecomputedLookups  # noqa: E402
 from gem_workloads.serving.publish import CandidatePublisher  # noqa: E402
-from gem_workloads.serving.request import example_request  # noqa: E402
 
 pytestmark = [pytest.mark.workloads, pytest.mark.servers]
 

@@ -14,12 +14,12 @@ pytest.importorskip("torchrec")
 ray = pytest.importorskip("ray")
 redis = pytest.importorskip("redis")
 
-from gem_workloads.precompute.messages import CandidateSet  # noqa: E402
+from gem_workloads.exchange.messages import CandidateSet  # noqa: E402
+from gem_workloads.exchange.store import Keys  # noqa: E402
 from gem_workloads.precompute.service import PrecomputeMetrics, WorkerActor, backlog, run_pool  # noqa: E402
-from gem_workloads.precompute.store import Keys  # noqa: E402
 from gem_workloads.precompute.worker import WorkerConfig  # noqa: E402
-from gem_workloads.serving.engine import preset_model  # noqa: E402
-from gem_workloads.serving.request import example_request  # noqa: E402
+from gem_workloads.scoring.engine import preset_model  # noqa: E402
+from gem_workloads.scoring.request import example_request  # noqa: E402
 
 pytestmark = [pytest.mark.workloads, pytest.mark.servers, pytest.mark.slow]
 

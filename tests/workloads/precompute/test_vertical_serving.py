@@ -21,16 +21,16 @@ redis = pytest.importorskip("redis")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
+from gem_workloads.exchange.store import EmbeddingWriter, Keys, PairEmbedding, pack  # noqa: E402
 from gem_workloads.models import build_model, get_preset  # noqa: E402
 from gem_workloads.models.kunlun import KunlunModel  # noqa: E402
 from gem_workloads.models.loopfm import representation_width  # noqa: E402
 from gem_workloads.models.model_dir import LoadedModel  # noqa: E402
 from gem_workloads.models.vertical import TIER_INDEX, TransferInputs, VerticalModel  # noqa: E402
-from gem_workloads.precompute.store import EmbeddingWriter, Keys, PairEmbedding, pack  # noqa: E402
+from gem_workloads.scoring.engine import preset_model  # noqa: E402
+from gem_workloads.scoring.request import collate_requests, example_request, parse_request  # noqa: E402
 from gem_workloads.serving.app import ServerConfig, create_app  # noqa: E402
-from gem_workloads.serving.engine import preset_model  # noqa: E402
 from gem_workloads.serving.lookups import PrecomputedLookups  # noqa: E402
-from gem_workloads.serving.request import collate_requests, example_request, parse_request  # noqa: E402
 
 pytestmark = [pytest.mark.workloads, pytest.mark.servers]
 

@@ -20,10 +20,10 @@ pytest.importorskip("aiohttp")
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
 from gem_workloads.models.model_dir import LoadedModel, ModelDirError, load_model_dir, save_model_dir  # noqa: E402
+from gem_workloads.scoring.engine import Engine, preset_model  # noqa: E402
+from gem_workloads.scoring.request import example_request, parse_request  # noqa: E402
 from gem_workloads.serving.__main__ import main as serving_main  # noqa: E402
 from gem_workloads.serving.app import STATE, ServerConfig, create_app  # noqa: E402
-from gem_workloads.serving.engine import Engine, preset_model  # noqa: E402
-from gem_workloads.serving.request import example_request, parse_request  # noqa: E402
 
 pytestmark = pytest.mark.workloads
 

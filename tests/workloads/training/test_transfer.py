@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchrec")
 
 from gem_workloads.data.blocks import cap_schema, collate  # noqa: E402
+from gem_workloads.data.catalog import load_dataset  # noqa: E402
 from gem_workloads.data.timeline import SyntheticTimeline, TimelineConfig, history_slices, time_split  # noqa: E402
 from gem_workloads.models import build_model, get_preset  # noqa: E402
 from gem_workloads.models.kunlun import KunlunModel  # noqa: E402
@@ -34,7 +35,6 @@ from gem_workloads.training.foundation_pass import main as pass_main  # noqa: E4
 from gem_workloads.training.memory import HistoricalMemory  # noqa: E402
 from gem_workloads.transfer.__main__ import main as transfer_main  # noqa: E402
 from gem_workloads.transfer.__main__ import table  # noqa: E402
-from gem_workloads.transfer.datasets import load_dataset  # noqa: E402
 from gem_workloads.transfer.experiment import EvalConfig, run  # noqa: E402
 
 pytestmark = pytest.mark.workloads

@@ -29,19 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gem_workloads.loader.download import (
-    DIRECT_ALIGN,
-    FULL_ERRNOS,
-    Downloader,
-    PullConfig,
-    PullStats,
-    bad_parts,
-    disk_full,
-)
+from gem_workloads.loader.config import PullConfig, PullStats
+from gem_workloads.loader.destination import DEST_MANIFEST_NAME, STAGING_NAME, write_json_atomic
+from gem_workloads.loader.diskwrite import DIRECT_ALIGN, FULL_ERRNOS, bad_parts, disk_full
+from gem_workloads.loader.download import Downloader
 from gem_workloads.loader.errors import IntegrityError, UsageError
 from gem_workloads.loader.manifest import Manifest, parse_size
 from gem_workloads.loader.progress import Reporter
-from gem_workloads.loader.pull import DEST_MANIFEST_NAME, STAGING_NAME, write_json_atomic
 from gem_workloads.loader.sources import Source
 
 VERIFIED_NAME = ".gem-load-verified"

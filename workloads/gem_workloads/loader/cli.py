@@ -176,8 +176,8 @@ def write_termination_log(path: Path, summary: dict[str, Any]) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     from gem_workloads.loader.cache import NodeCache
+    from gem_workloads.loader.destination import DEST_MANIFEST_NAME
     from gem_workloads.loader.errors import IntegrityError
-    from gem_workloads.loader.pull import DEST_MANIFEST_NAME
 
     dest = Path(args.dest)
     try:

@@ -18,118 +18,33 @@ download, so little is left to flush at the end.
 
 The tail is split finer: the ranges of the pull's final, partial round are fetched as smaller
 pieces by several streams into one buffer and verified when their part is whole, so no stream
-idles for a whole range while the others finish (fewer than `streams` such buffers).
+idles for a whole range while the others finish (fewer than `streams` such buffers; see
+loader.ranges). The hash-then-write step is loader.diskwrite's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
-import itertools
 import mmap
 import os
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from gem_workloads.loader.errors import DiskFullError, IntegrityError, ObjectChanged, SourceError
+from gem_workloads.loader import diskwrite
+from gem_workloads.loader.config import PullConfig, PullStats
+from gem_workloads.loader.diskwrite import DIRECT_ALIGN, FULL_ERRNOS, FileState, disk_full, open_direct
+from gem_workloads.loader.errors import IntegrityError, ObjectChanged, SourceError
 from gem_workloads.loader.journal import JOURNAL_NAME, Journal
-from gem_workloads.loader.manifest import FileEntry, Manifest, hasher
+from gem_workloads.loader.manifest import Manifest
 from gem_workloads.loader.progress import Reporter
+from gem_workloads.loader.ranges import Chunk, Piece, split_tail
 from gem_workloads.loader.sources import ObjectInfo, Source
 
-FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-DIRECT_ALIGN = 4096
-"""O_DIRECT needs buffer address, file offset and length aligned to the logical block size."""
-
 T = TypeVar("T")
-
-
-@dataclass
-class PullConfig:
-    """Tuning knobs; defaults follow what saturates object stores (8-64 MiB ranges, 16+ streams)."""
-
-    streams: int = 32
-    request_size: int | None = None
-    max_attempts: int = 6
-    peer_attempts: int = 2
-    backoff_base: float = 0.2
-    backoff_max: float = 8.0
-    max_restarts: int = 3
-    split_tail: bool = True
-    """Fetch the pull's last `streams` ranges as TAIL_PIECES smaller GETs each (see module doc)."""
-    min_piece: int = 1 << 20
-    """Smallest tail piece: below this a request's latency costs more than the idle it saves."""
-    direct_io: bool = True
-    """Write aligned ranges with O_DIRECT where the filesystem allows it: the page-cache copy
-    costs about 1 CPU-second per GB, as much as SHA-256, on nodes whose cores the GPUs need."""
-    receive: str = "socket"
-    """`socket`: ranged GETs read from the socket into the stream's buffer (rawhttp); `library`:
-    through obstore / aiohttp (sources.RECEIVE_MODES)."""
-
-
-@dataclass
-class PullStats:
-    """What a pull cost, by source kind (origin, peer, cache): the marker and the operator report it."""
-
-    fetched: dict[str, int] = field(default_factory=dict)
-    resumed: int = 0
-    retries: int = 0
-    restarts: int = 0
-
-    def add(self, kind: str, n: int) -> None:
-        self.fetched[kind] = self.fetched.get(kind, 0) + n
-
-
-@dataclass
-class _FileState:
-    """A file being filled; `gen` grows when the file restarts, so late results of the old run are ignored."""
-
-    entry: FileEntry
-    fd: int
-    dfd: int | None = None  # the same file opened with O_DIRECT, when the filesystem supports it
-    gen: int = 0
-    restarts: int = 0
-    pending: int = 0
-    synced: asyncio.Future[None] | None = None  # the fsync started when its last part was written
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    """One ranged GET: contiguous parts [first, last) of a file, for one generation of it."""
-
-    path: str
-    gen: int
-    first: int
-    last: int  # exclusive part index
-
-
-@dataclass(eq=False)
-class _Group:
-    """A tail chunk fetched as pieces into one buffer; the last piece to land verifies and writes it."""
-
-    chunk: _Chunk
-    left: int
-    buf: memoryview | None = None
-    failed: bool = False
-    kind: str = "origin"
-
-
-@dataclass(frozen=True, eq=False)
-class _Piece:
-    """Bytes [lo, hi) of a file, one ranged GET smaller than a part; verified with its whole group."""
-
-    group: _Group
-    lo: int
-    hi: int
-
-
-TAIL_PIECES = 4
-"""At most this many pieces per tail range: the last round's idle shrinks up to this many times."""
 
 
 class _Conn:
@@ -144,83 +59,6 @@ class _Conn:
         self.turn = asyncio.Lock()
         self.free = asyncio.Event()
         self.free.set()
-
-
-def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskFullError:
-    """ENOSPC, EDQUOT and EFBIG all mean the same to a user: this much did not fit here."""
-    extra = f" (needs {need} bytes)" if need is not None else ""
-    return DiskFullError(f"out of space writing {where}{extra}: {exc.strerror or exc}")
-
-
-def bad_parts(
-    entry: FileEntry, part_size: int, first: int, data: bytes | memoryview, algorithm: str = "sha256"
-) -> list[int]:
-    """Indices of parts in `data` (starting at part `first`) whose digest differs from the manifest."""
-    digest = hasher(algorithm)
-    view = memoryview(data)
-    bad: list[int] = []
-    for i in range(first, first + (len(view) + part_size - 1) // part_size):
-        off = (i - first) * part_size
-        if digest(view[off : off + part_size]) != entry.parts[i]:
-            bad.append(i)
-    return bad
-
-
-def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
-
-def _verify_write(
-    st: _FileState,
-    part_size: int,
-    first: int,
-    data: bytes | memoryview,
-    offset: int,
-    aligned: bool,
-    stage: memoryview | None = None,
-    algorithm: str = "sha256",
-) -> list[int]:
-    """Hash a range against the manifest and, only if every part matches, write it (one thread hop).
-
-    A library's buffer (`aligned` false) is first copied into `stage`, the stream's page-aligned
-    buffer, so it too goes to disk with O_DIRECT: a memcpy is about a tenth of the page-cache
-    copy and the dirty-page writeback it replaces."""
-    bad = bad_parts(st.entry, part_size, first, data, algorithm)
-    if not bad:
-        if not aligned and stage is not None and st.dfd is not None and len(stage) >= len(data):
-            stage[: len(data)] = data
-            data, aligned = stage[: len(data)], True
-        _write_range(st, data, offset, aligned)
-    return bad
-
-
-def _write_range(st: _FileState, data: bytes | memoryview, offset: int, aligned: bool) -> None:
-    """Write one verified range: its block-aligned body with O_DIRECT when possible, the rest buffered."""
-    view = memoryview(data)
-    if st.dfd is not None and aligned and offset % DIRECT_ALIGN == 0:
-        body = len(view) // DIRECT_ALIGN * DIRECT_ALIGN
-        if body:
-            try:
-                _pwrite_all(st.dfd, view[:body], offset)
-                view, offset = view[body:], offset + body
-            except OSError as e:
-                if e.errno != errno.EINVAL:
-                    raise
-                os.close(st.dfd)  # the filesystem refused after all: buffered from now on
-                st.dfd = None
-    _pwrite_all(st.fd, view, offset)
-
-
-def _open_direct(path: Path) -> int | None:
-    if not hasattr(os, "O_DIRECT"):
-        return None
-    try:
-        return os.open(path, os.O_WRONLY | os.O_DIRECT)
-    except OSError:
-        return None  # tmpfs and some network filesystems have no O_DIRECT
 
 
 class Downloader:
@@ -244,8 +82,8 @@ class Downloader:
         self.heads: dict[tuple[int, str], ObjectInfo] = {}
         self.head_calls: dict[tuple[int, str], asyncio.Future[ObjectInfo]] = {}
         self.spare: list[mmap.mmap] = []  # free range buffers (_take, _give)
-        self.files: dict[str, _FileState] = {}
-        self.queue: asyncio.Queue[_Chunk | _Piece] = asyncio.Queue()
+        self.files: dict[str, FileState] = {}
+        self.queue: asyncio.Queue[Chunk | Piece] = asyncio.Queue()
         self.pending = 0
         self.finished = asyncio.Event()
         self.error: BaseException | None = None
@@ -258,7 +96,9 @@ class Downloader:
         try:
             await asyncio.to_thread(self._prepare)
             chunks = [c for st in self.files.values() for c in self._chunks_of(st)]
-            for item in self._split_tail(chunks):  # on the loop's thread: asyncio.Queue is not thread-safe
+            sizes = {path: st.entry.size for path, st in self.files.items()}
+            # Queued on the loop's thread: asyncio.Queue is not thread-safe.
+            for item in split_tail(chunks, self.cfg, self.manifest.part_size, sizes):
                 self.queue.put_nowait(item)
             self.reporter.start(
                 self.manifest.total_bytes, len(self.manifest.files), self.stats.resumed, self.manifest.digest
@@ -292,7 +132,7 @@ class Downloader:
             path = self.staging / entry.path
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            self.files[entry.path] = st = _FileState(entry=entry, fd=fd)
+            self.files[entry.path] = st = FileState(entry=entry, fd=fd)
             done = self.journal.done.get(entry.path, set())
             if done and os.fstat(fd).st_size != entry.size:
                 self.journal.reset(entry.path)
@@ -311,51 +151,27 @@ class Downloader:
                 a, b = entry.part_range(i, ps)
                 self.stats.resumed += b - a
             if self.cfg.direct_io and entry.size >= DIRECT_ALIGN:
-                st.dfd = _open_direct(path)
+                st.dfd = open_direct(path)
 
-    def _chunks_of(self, st: _FileState) -> list[_Chunk]:
+    def _chunks_of(self, st: FileState) -> list[Chunk]:
         """The file's undone parts as ranged GETs (runs of contiguous parts); counts them as pending."""
         undone = [i for i in range(len(st.entry.parts)) if not self.journal.is_done(st.entry.path, i)]
         self.pending += len(undone) - st.pending
         st.pending = len(undone)
-        out: list[_Chunk] = []
+        out: list[Chunk] = []
         run: list[int] = []
         for i in undone:
             if run and (i != run[-1] + 1 or len(run) >= self.parts_per_request):
-                out.append(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
+                out.append(Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
                 run = []
             run.append(i)
         if run:
-            out.append(_Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
+            out.append(Chunk(st.entry.path, st.gen, run[0], run[-1] + 1))
         return out
 
-    def _enqueue_file(self, st: _FileState) -> None:
+    def _enqueue_file(self, st: FileState) -> None:
         for c in self._chunks_of(st):
             self.queue.put_nowait(c)
-
-    def _split_tail(self, chunks: list[_Chunk]) -> list[_Chunk | _Piece]:
-        """The final round's r = C mod N chunks (all C when C < N) become pieces, about N in all,
-        so every stream has work while the round finishes; a full final round is left whole (its
-        pieces would only add requests)."""
-        n = self.cfg.streams
-        r = len(chunks) % n if len(chunks) >= n else len(chunks)
-        if n < 2 or not self.cfg.split_tail or r == 0:
-            return list(chunks)
-        head, tail = chunks[:-r], chunks[-r:]
-        k = min(TAIL_PIECES, -(-n // r))
-        out: list[_Chunk | _Piece] = list(head)
-        ps = self.manifest.part_size
-        for c in tail:
-            start, end = c.first * ps, min(c.last * ps, self.files[c.path].entry.size)
-            pieces = min(k, (end - start) // max(self.cfg.min_piece, 1))
-            if pieces < 2:
-                out.append(c)
-                continue
-            group = _Group(c, left=pieces)
-            step = (end - start) // pieces // DIRECT_ALIGN * DIRECT_ALIGN or (end - start) // pieces
-            bounds = [start + i * step for i in range(pieces)] + [end]
-            out.extend(_Piece(group, a, b) for a, b in itertools.pairwise(bounds))
-        return out
 
     async def _sync(self) -> None:
         """Wait for the fsyncs started as files completed; fsync the rest (resumed, empty) now."""
@@ -396,7 +212,7 @@ class Downloader:
                 item = await self.queue.get()
                 net.free.clear()
             try:
-                if isinstance(item, _Piece):
+                if isinstance(item, Piece):
                     await self._fetch_piece(item, net)
                 else:
                     buf = self._take()
@@ -456,7 +272,7 @@ class Downloader:
             self.disabled.add(idx)
             self.reporter.event("fallback", source=self.sources[idx][1].name, reason=reason[:300])
 
-    async def _fetch_chunk(self, chunk: _Chunk, buf: memoryview | None = None, net: _Conn | None = None) -> None:
+    async def _fetch_chunk(self, chunk: Chunk, buf: memoryview | None = None, net: _Conn | None = None) -> None:
         st = self.files[chunk.path]
         if chunk.gen != st.gen:
             return
@@ -501,7 +317,7 @@ class Downloader:
                 aligned = buf is not None and isinstance(data, memoryview) and data.obj is buf.obj
                 try:
                     bad = await asyncio.to_thread(
-                        _verify_write, st, ps, chunk.first, data, start, aligned, buf, self.manifest.algorithm
+                        diskwrite.verify_write, st, ps, chunk.first, data, start, aligned, buf, self.manifest.algorithm
                     )
                 except OSError as e:
                     if e.errno in FULL_ERRNOS:
@@ -525,7 +341,7 @@ class Downloader:
                 self.heads.pop((idx, chunk.path), None)
         raise SourceError(f"{chunk.path}: no source left to fetch bytes {start}-{end - 1} from")
 
-    async def _fetch_piece(self, piece: _Piece, net: _Conn) -> None:
+    async def _fetch_piece(self, piece: Piece, net: _Conn) -> None:
         """One tail piece, from the first source still in use. Any failure, and a group whose
         parts do not hash right, falls back to fetching the chunk whole the normal way (which
         retries, drops bad peers and restarts changed objects)."""
@@ -567,7 +383,7 @@ class Downloader:
             if not g.failed:
                 try:
                     bad = await asyncio.to_thread(
-                        _verify_write,
+                        diskwrite.verify_write,
                         st,
                         ps,
                         chunk.first,
@@ -607,7 +423,7 @@ class Downloader:
         finally:
             net.free.set()  # the bytes are in: the stream's other slot may take the next range
 
-    def _written(self, st: _FileState, chunk: _Chunk, nbytes: int, kind: str) -> None:
+    def _written(self, st: FileState, chunk: Chunk, nbytes: int, kind: str) -> None:
         if chunk.gen != st.gen:
             # The file restarted meanwhile: not journaled, so fetched again. The late write was
             # harmless: it passed the same part hashes, so it wrote the very bytes that belong there.
@@ -624,7 +440,7 @@ class Downloader:
         if self.pending == 0:
             self.finished.set()
 
-    async def _restart_file(self, st: _FileState, gen: int, exc: ObjectChanged) -> None:
+    async def _restart_file(self, st: FileState, gen: int, exc: ObjectChanged) -> None:
         """The object changed mid-download: forget every part of this file and fetch it again."""
         if gen != st.gen:
             return

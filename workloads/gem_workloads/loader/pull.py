@@ -3,93 +3,35 @@
 Why: a destination must never look complete when it is not. The files are fetched (or
 copied from the node cache) into DEST's staging directory, renamed into place only when all
 of them are verified, and `.gem-load-complete` (seconds, bytes, manifestDigest) is written
-after that, so a pod's readiness can rest on that one file. A destination already holding
-the same manifest is left as it is.
+after that, so a pod's readiness can rest on that one file (loader.destination). A destination
+already holding the same manifest is left as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
 import random
-import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gem_workloads.loader.download import FULL_ERRNOS, Downloader, PullConfig, PullStats, disk_full
+from gem_workloads.loader.cache import NodeCache, cache_unusable, fallback_reason, pull_through_cache
+from gem_workloads.loader.config import PullConfig, PullStats
+from gem_workloads.loader.destination import (
+    DEST_MANIFEST_NAME,
+    MARKER_NAME,
+    STAGING_NAME,
+    clear_marker,
+    finalize,
+    is_complete,
+)
+from gem_workloads.loader.download import Downloader
 from gem_workloads.loader.errors import LoaderError, ManifestError, SourceError, UsageError
 from gem_workloads.loader.manifest import MANIFEST_NAME, Manifest
 from gem_workloads.loader.progress import NullReporter, Reporter
 from gem_workloads.loader.sources import HttpSource, Source, check_uri, open_source, read_uri
 
-if TYPE_CHECKING:
-    from gem_workloads.loader.cache import NodeCache
-
 __all__ = ["DEST_MANIFEST_NAME", "MARKER_NAME", "STAGING_NAME", "PullConfig", "PullStats", "pull"]
-
-STAGING_NAME = ".gem-load-staging"
-MARKER_NAME = ".gem-load-complete"
-DEST_MANIFEST_NAME = ".gem-load-manifest.json"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def finalize(staging: Path, dest: Path, manifest: Manifest, summary: dict[str, Any]) -> None:
-    """Rename verified files into place, then write the manifest copy and, last, the marker."""
-    try:
-        for entry in manifest.files:
-            target = dest / entry.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / entry.path, target)
-        (dest / DEST_MANIFEST_NAME).write_text(manifest.to_json())
-        _fsync_dir(dest)
-        write_json_atomic(dest / MARKER_NAME, summary)
-        _fsync_dir(dest)
-    except OSError as e:
-        if e.errno in FULL_ERRNOS:
-            raise disk_full(e, dest) from None
-        raise
-    shutil.rmtree(staging, ignore_errors=True)
-
-
-def is_complete(dest: Path, manifest: Manifest) -> bool:
-    """Cheap check that dest already holds this manifest: marker digest and every size match."""
-    try:
-        marker = json.loads((dest / MARKER_NAME).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(marker, dict) or marker.get("manifestDigest") != manifest.digest:
-        return False
-    for entry in manifest.files:
-        try:
-            if (dest / entry.path).stat().st_size != entry.size:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-def clear_marker(dest: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (dest / MARKER_NAME).unlink()
 
 
 async def load_manifest(source: str, manifest_uri: str | None, cfg: PullConfig | None = None) -> Manifest:
@@ -184,8 +126,6 @@ async def pull(
         sources[:0] = peer_sources(peers or [], manifest.digest, cfg.streams, cfg.receive)
         stats: PullStats | None = None
         if cache is not None:
-            from gem_workloads.loader.cache import cache_unusable, fallback_reason, pull_through_cache
-
             try:
                 stats = await pull_through_cache(cache, manifest, sources, dest, cfg, reporter, verify_cache)
             except OSError as e:

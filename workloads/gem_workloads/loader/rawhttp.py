@@ -16,7 +16,7 @@ switches).
 The client speaks just what a ranged GET needs: HTTP/1.1 keep-alive, Content-Length, chunked and
 close-delimited bodies, redirects, TLS with the system's trust store; a pool keeps at most one
 connection per stream. A stream that makes no progress for READ_TIMEOUT_S fails, as a retryable
-transport error. Object stores reach it through presigned URLs (sources.py); a proxy from the
+transport error. Object stores reach it through presigned URLs (loader.sources); a proxy from the
 environment sends a source back to its library client.
 """
 

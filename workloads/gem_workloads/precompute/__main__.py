@@ -18,8 +18,8 @@ from pathlib import Path
 
 from prometheus_client import start_http_server
 
+from ..exchange.store import check_tiers
 from .service import PrecomputeMetrics, install_sigterm, run_pool
-from .store import check_tiers
 from .worker import WorkerConfig
 
 

@@ -107,7 +107,7 @@ class WorkerActor:
         import redis
         import torch
 
-        from ..serving.engine import Engine, load_model
+        from ..scoring.engine import Engine, load_model
         from .worker import PrecomputeWorker
 
         torch.set_num_threads(1)

@@ -22,7 +22,7 @@ LoopFM memory: with a Kunlun-style (foundation) model, each stored entry also ap
 LoopFM representation of the set's top candidate (:mod:`gem_workloads.models.loopfm`, summarised
 from the embedding just computed: no extra model work) to the user's historical memory, which the
 ranker reads for a vertical model. Every write also records the model version in the store, so a
-ranker expecting another foundation version refuses to read (see :mod:`.store`).
+ranker expecting another foundation version refuses to read (see :mod:`gem_workloads.exchange.store`).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from ..exchange.messages import CandidateSet
+from ..exchange.store import EmbeddingWriter, Keys, PairEmbedding, check_tiers
 from ..models.kunlun import KunlunModel
 from ..models.loopfm import summarise
-from ..serving.engine import Engine
-from ..serving.request import RankRequest, RequestError, parse_request, select_candidates
-from .messages import CandidateSet
-from .store import EmbeddingWriter, Keys, PairEmbedding, check_tiers
+from ..scoring.engine import Engine
+from ..scoring.request import RankRequest, RequestError, parse_request, select_candidates
 
 log = logging.getLogger("gem_workloads.precompute")
 

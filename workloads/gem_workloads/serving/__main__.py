@@ -18,12 +18,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from ..models.model_dir import LoadedModel
+from ..scoring.engine import load_model, preset_model
+from ..scoring.request import example_request
 from .app import ServerConfig, create_app
-from .engine import load_model, preset_model
 from .lookups import PrecomputedLookups
 from .metrics import NvmlSampler, ServerMetrics
 from .publish import CandidatePublisher
-from .request import example_request
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,9 +1,9 @@
 """The ranking server's HTTP API (aiohttp).
 
-- ``POST /v1/rank``: body as in :mod:`.request`; answer ``{"scores": [[p_task, ...], ...], "tasks": [...],
-  "model_version": ..., "shared": bool}``. 400 malformed JSON, 413 too many candidates or too large
-  a body, 422 wrong types / missing or empty fields, 503 while loading or when the queue is full
-  (with ``Retry-After``).
+- ``POST /v1/rank``: body as in :mod:`gem_workloads.scoring.request`; answer
+  ``{"scores": [[p_task, ...], ...], "tasks": [...], "model_version": ..., "shared": bool}``.
+  400 malformed JSON, 413 too many candidates or too large a body, 422 wrong types / missing or
+  empty fields, 503 while loading or when the queue is full (with ``Retry-After``).
 - ``GET /readyz``: 200 only once the model is loaded; ``GET /healthz``: 200 while the process is
   sound (503 if the model failed to load, so the kubelet restarts the pod).
 - ``GET /metrics``: Prometheus text (see :mod:`.metrics`).
@@ -25,11 +25,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..models.model_dir import LoadedModel
-from .engine import Batcher, Engine, QueueFull
+from ..scoring.engine import Batcher, Engine, QueueFull
+from ..scoring.request import RequestError, example_request, parse_body, parse_request
 from .lookups import PrecomputedLookups
 from .metrics import ServerMetrics
 from .publish import CandidatePublisher
-from .request import RequestError, example_request, parse_body, parse_request
 
 if TYPE_CHECKING:
     from .device import EmulatedDevice

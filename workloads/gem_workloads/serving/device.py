@@ -46,8 +46,8 @@ import numpy as np
 import numpy.typing as npt
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from .engine import Engine
-from .request import RankRequest
+from ..scoring.engine import Engine
+from ..scoring.request import RankRequest
 
 EMULATED_PREFIX = "emulated:"
 

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 
+from ..exchange.store import EmbeddingReader, Keys, check_tiers
 from ..models.model_dir import LoadedModel
 from ..models.vertical import TIER_INDEX, VerticalModel
-from ..precompute.store import EmbeddingReader, Keys, check_tiers
-from .side_inputs import SideInputs
+from ..scoring.side_inputs import SideInputs
 
 log = logging.getLogger("gem_workloads.serving")
 

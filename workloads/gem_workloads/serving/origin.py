@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..loader.manifest import MANIFEST_NAME, build_manifest
 from ..models.model_dir import save_model_dir
-from .engine import preset_model
+from ..scoring.engine import preset_model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from ..precompute.messages import CandidateSet
+from ..exchange.messages import CandidateSet
 
 log = logging.getLogger("gem_workloads.serving.publish")
 

@@ -39,8 +39,8 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from ..loader.destination import DEST_MANIFEST_NAME, is_complete
 from ..loader.manifest import DEFAULT_PART_SIZE, MANIFEST_NAME, FileEntry, Manifest, check_relpath, hash_file
-from ..loader.pull import DEST_MANIFEST_NAME, is_complete
 
 log = logging.getLogger("gem_workloads.training")
 

@@ -1,7 +1,7 @@
 """Solaris coverage simulation: which embedding the store would hand the ranker for each example.
 
 For every example the simulation knows what each fallback tier of the store
-(:mod:`gem_workloads.precompute.store`) would return at that example's time:
+(:mod:`gem_workloads.exchange.store`) would return at that example's time:
 
 - ``exact``: the foundation model's embedding of this (user, ad) pair (what a precompute worker
   writes just before the ranker needs it);

@@ -32,6 +32,7 @@ import numpy.typing as npt
 import torch
 
 from ..data.blocks import collate
+from ..data.catalog import load_dataset
 from ..data.timeline import TimedDataset
 from ..models.kunlun import KunlunModel
 from ..models.loopfm import representation_width, summarise
@@ -137,7 +138,6 @@ def run_pass(
 
 def main(argv: list[str] | None = None) -> int:
     from ..models.model_dir import ModelDirError, load_model_dir
-    from ..transfer.datasets import load_dataset
 
     p = argparse.ArgumentParser(
         prog="python -m gem_workloads.training.foundation_pass", description=__doc__.split("\n")[0]

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..data.blocks import cap_schema
+from ..data.catalog import load_dataset
 from ..data.timeline import TimelineConfig, time_split
 from ..models import build_model, get_preset
 from ..models.kunlun import KunlunModel
@@ -49,7 +50,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..transfer.datasets import load_dataset
 
     args = parser().parse_args(argv)
     try:

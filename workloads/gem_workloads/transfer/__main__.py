@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from .datasets import DATASETS
+from ..data.catalog import DATASETS
 
 
 def parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..data.blocks import cap_schema
+from ..data.catalog import load_dataset
 from ..data.timeline import TimelineConfig, time_split
 from ..models import build_model, get_preset
 from ..models.kunlun import KunlunModel
@@ -39,7 +40,6 @@ from ..models.presets import ModelConfig
 from ..training.coverage import assign_tiers, tier_shares, tier_sources
 from ..training.distill import ExampleFeed, FitConfig, fit, predict, task_aucs
 from ..training.foundation_pass import run_pass
-from .datasets import load_dataset
 
 COVERAGES = (1.0, 0.7, 0.4, 0.0)
 ALONE, KD, LOOPFM, SOLARIS = "alone", "kd", "kd+loopfm", "kd+loopfm+solaris"

@@ -1,8 +1,9 @@
 """The vertical model's knowledge-transfer inputs at request time, and scoring with them.
 
-Per request (filled from the embedding store by :class:`~.lookups.PrecomputedLookups` before the
-request is scored): the user's LoopFM memory (last ``K`` foundation representations written
-before now) and, per candidate, the Solaris embedding with the tier that served it. In a dynamic
+Per request (filled from the embedding store by
+:class:`~gem_workloads.serving.lookups.PrecomputedLookups` before the request is scored): the
+user's LoopFM memory (last ``K`` foundation representations written before now) and, per
+candidate, the Solaris embedding with the tier that served it. In a dynamic
 batch they are stacked like the features: one memory row per user row (per candidate without
 sharing), one embedding row per candidate. A request without side inputs (no store configured,
 store unreachable) scores with an empty memory and tier ``none``.

@@ -1,8 +1,9 @@
-"""The datasets of the transfer evaluation, by name."""
+"""The time-ordered datasets, by name: what ``--data`` picks in the foundation pass, the vertical
+models' training and the transfer evaluation (all three read the same timelines)."""
 
 from __future__ import annotations
 
-from ..data.timeline import MovieLensTimeline, SyntheticTimeline, TimedDataset, TimelineConfig
+from .timeline import MovieLensTimeline, SyntheticTimeline, TimedDataset, TimelineConfig
 
 DATASETS = ("synthetic", "movielens")
 
