@@ -38,6 +38,7 @@ class _Example(ApiModel):
     inner: _Inner = Field(default_factory=_Inner, description="Nested settings.")
     ports: list[_Port] = Field(default_factory=list, max_length=4, description="Ports to open.")
     labels: dict[str, str] | None = Field(default=None, description="Extra labels.")
+    by_name: dict[str, _Inner] = Field(default_factory=dict, description="Settings per name.")
 
 
 def _rows() -> dict[str, FieldRow]:
@@ -55,6 +56,8 @@ def _rows() -> dict[str, FieldRow]:
         ("spec.ports[].name", "string", True, "", "length ≤ 15; pattern `^[a-z]+$`", "Port name \\| label."),
         ("spec.ports[].number", "integer", True, "", "≥ 1; ≤ 65535", "Port number."),
         ("spec.labels", "map[string]string", False, "", "", "Extra labels."),
+        ("spec.byName", "map[string]object", False, "`{}`", "", "Settings per name."),
+        ("spec.byName.<key>.ratio", "number", False, "`0.5`", "> 0; ≤ 1", "A share of &lt;something&gt;."),
     ],
 )
 def test_field_rows(path: str, type_: str, required: bool, default: str, bounds: str, description: str) -> None:
@@ -78,6 +81,8 @@ def test_rows_follow_the_schema_order_depth_first() -> None:
         "spec.ports[].name",
         "spec.ports[].number",
         "spec.labels",
+        "spec.byName",
+        "spec.byName.<key>.ratio",
     ]
 
 
@@ -144,3 +149,9 @@ def test_crds_check_detects_reference_drift(tmp_path: Path, capsys: pytest.Captu
     assert "drifted from gem_operator/api; run `gemop crds`" in err
     assert str(page) in err
     assert "gem.dev_gemtrainings.yaml" not in err
+
+
+def test_quantities_read_as_int_or_string() -> None:
+    spec = gem_crds()["gem.dev_rankingservices.yaml"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rows = {r.path: r for r in field_rows(spec["properties"]["spec"], "spec")}
+    assert rows["spec.workload.podTemplate.spec.containers[].resources.limits"].type == "map[string]int-or-string"

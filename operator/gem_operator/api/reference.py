@@ -40,7 +40,7 @@ class RuleRow:
 
 def _type(node: Mapping[str, Any]) -> str:
     if node.get("x-kubernetes-int-or-string"):
-        return "int or string"
+        return "int-or-string"
     kind = node.get("type", "any")
     if kind == "array":
         return "[]" + _type(node.get("items", {}))
