@@ -11,42 +11,9 @@ from gem_operator import __version__
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
-    from gem_operator.api.crd import all_crds, render_yaml
-    from gem_operator.cli.paths import checkout_root
+    from gem_operator.cli.crds import run_crds
 
-    out: Path | None = args.out
-    if out is None:
-        root = checkout_root()
-        if root is None:
-            if args.check:
-                print(
-                    "gemop crds --check: not in a gem-operator checkout, so there is no crds/ to compare with; "
-                    "run it in the repository or pass --out DIR",
-                    file=sys.stderr,
-                )
-                return 2
-            # Installed without a repository (pip install ., the image): print them, e.g. for kubectl.
-            sys.stdout.write("".join(f"---\n{render_yaml(crd)}" for crd in all_crds().values()))
-            return 0
-        out = root / "crds"
-    out.mkdir(parents=True, exist_ok=True)
-    drifted = []
-    for filename, crd in all_crds().items():
-        path = out / filename
-        text = render_yaml(crd)
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                drifted.append(str(path))
-            continue
-        path.write_text(text)
-        print(f"wrote {path}")
-    if drifted:
-        print(
-            "CRDs drifted from gem_operator/api; run `gemop crds`:\n  " + "\n  ".join(drifted),
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return run_crds(args.out, args.check)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
