@@ -9,7 +9,8 @@
 # sources, Go version, build flags) differs. Builds run one at a time at the lowest priority with -p 1: the
 # machines this runs on are small and shared. A failed build prints one line (component, module@version,
 # first error) and the script goes on with the next one. The cache's components.tsv lists every component
-# with its status, so tests can skip what is missing and say why.
+# with its status (available, missing, building, failed), rewritten after each step so that it is current
+# even during a long build; tests read it to skip what is missing and say why.
 #
 # Usage: build.sh [component ...]   (default: all; names as in the table below)
 # Exit status: 0 when every requested component is available, 1 otherwise.
@@ -95,6 +96,7 @@ build_one() {
   fi
   log="$LOG_DIR/cp-build-$name.log"
   echo "building: $name $module@$version (log: $log)"
+  record "$name" "$version" building "$out/$name" 0 "log: $log"
   mkdir -p "$out"
   rm -f "$out/.stamp" "$out/$name.tmp"
   started="$(date +%s)"
@@ -114,28 +116,50 @@ build_one() {
 }
 
 record() {
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$SUMMARY.tmp"
+  # One row per component in its own file; the summary is reassembled in table order after each change.
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >"$ROWS/$1"
+  {
+    printf 'component\tversion\tstatus\tpath\tbuild_seconds\tnote\n'
+    local spec
+    for spec in "${COMPONENTS[@]}"; do
+      [[ -f "$ROWS/${spec%%|*}" ]] && cat "$ROWS/${spec%%|*}"
+    done
+  } >"$SUMMARY.tmp"
+  mv -f "$SUMMARY.tmp" "$SUMMARY"
 }
 
-main() {
-  local spec name failed=0
-  mkdir -p "$CACHE"
-  SUMMARY="$CACHE/components.tsv"
-  if [[ $# -gt 0 ]]; then
-    BUILD_REQUESTED=" $* "
-  else
-    BUILD_REQUESTED=" "
-    for spec in "${COMPONENTS[@]}"; do BUILD_REQUESTED+="${spec%%|*} "; done
-  fi
-  printf 'component\tversion\tstatus\tpath\tbuild_seconds\tnote\n' >"$SUMMARY.tmp"
+for_each_component() {
+  local spec name dir module pkg kind failed=0
   for spec in "${COMPONENTS[@]}"; do
     IFS='|' read -r name dir module pkg kind <<<"$spec"
     build_one "$name" "$dir" "$module" "$pkg" "$kind" || failed=1
   done
-  mv -f "$SUMMARY.tmp" "$SUMMARY"
+  return "$failed"
+}
+
+main() {
+  local spec name failed=0 requested
+  SUMMARY="$CACHE/components.tsv"
+  ROWS="$CACHE/.rows"
+  mkdir -p "$CACHE" "$ROWS"
+  exec 9>"$CACHE/.lock"
+  if ! flock -n 9; then
+    echo "another build.sh is working on $CACHE; wait for it" >&2
+    return 1
+  fi
+  if [[ $# -gt 0 ]]; then
+    requested=" $* "
+  else
+    requested=" "
+    for spec in "${COMPONENTS[@]}"; do requested+="${spec%%|*} "; done
+  fi
+  # First the state of everything without building, then the builds one by one.
+  BUILD_REQUESTED=" " for_each_component >/dev/null
+  BUILD_REQUESTED="$requested"
+  for_each_component || failed=1
   echo "summary: $SUMMARY"
   column -t -s $'\t' "$SUMMARY" 2>/dev/null || cat "$SUMMARY"
-  for name in $BUILD_REQUESTED; do
+  for name in $requested; do
     grep -q -P "^${name}\t[^\t]*\tavailable\t" "$SUMMARY" || failed=1
   done
   return "$failed"
