@@ -23,7 +23,7 @@ import yaml
 from gem_testbed.controlplane import binaries as bins
 from gem_testbed.controlplane.apiclient import ApiClient, InsecureProbe
 from gem_testbed.controlplane.kwok import MANAGED_SELECTOR, kwok_nodes, stages_yaml
-from gem_testbed.controlplane.pki import KeyPair, Pki, generate_pki
+from gem_testbed.controlplane.pki import FRONT_PROXY_CLIENT, KeyPair, Pki, generate_pki
 from gem_testbed.controlplane.processes import (
     ControlPlaneError,
     ManagedProcess,
@@ -220,6 +220,15 @@ class ControlPlane:
                 f"--service-account-key-file={pki.service_account_pub}",
                 f"--service-account-signing-key-file={pki.service_account_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
+                f"--proxy-client-key-file={pki.front_proxy_client.key}",
+                # No pod network reaches a loopback API server, and loopback endpoints are invalid.
+                "--endpoint-reconciler-type=none",
                 "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
                 "--allow-privileged=true",

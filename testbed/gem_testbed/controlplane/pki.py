@@ -3,7 +3,9 @@
 Everything is generated at start into the control plane's state directory and removed with it: a
 cluster CA, the API server's serving certificate, client certificates whose subjects the API
 server's bootstrap RBAC policy already knows (system:masters for the admin, system:kube-controller-manager,
-system:kube-scheduler), and the key pair that signs service-account tokens. ECDSA P-256 keys: they
+system:kube-scheduler), a front-proxy CA and client (the request-header authentication that the
+controller manager, the scheduler and any aggregated API server expect to find configured), and the key
+pair that signs service-account tokens. ECDSA P-256 keys: they
 are generated in milliseconds and every component accepts them.
 """
 
@@ -28,6 +30,7 @@ SERVING_DNS_NAMES = (
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
 )
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Pki:
     admin: KeyPair
     controller_manager: KeyPair
     scheduler: KeyPair
+    front_proxy_ca: KeyPair
+    front_proxy_client: KeyPair
     service_account_key: pathlib.Path
     service_account_pub: pathlib.Path
 
@@ -112,32 +117,37 @@ def _issue(
     return pair
 
 
-def generate_pki(directory: pathlib.Path, *, service_ip: str) -> Pki:
-    """Writes a fresh CA and every certificate and key into `directory` (which must exist)."""
-    ca_key = _new_key()
-    ca_name = _name("gem-control-plane-ca")
-    ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
+def _new_ca(directory: pathlib.Path, stem: str, common_name: str) -> tuple[KeyPair, ec.EllipticCurvePrivateKey]:
+    key = _new_key()
+    name = _name(common_name)
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
     )
-    ca = KeyPair(directory / "ca.crt", directory / "ca.key")
-    ca.cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_key(ca_key, ca.key)
+    cert = (
+        _builder(name, name, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(usage, critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pair = KeyPair(directory / f"{stem}.crt", directory / f"{stem}.key")
+    pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key, pair.key)
+    return pair, key
+
+
+def generate_pki(directory: pathlib.Path, *, service_ip: str) -> Pki:
+    """Writes fresh CAs and every certificate and key into `directory` (which must exist)."""
+    ca, ca_key = _new_ca(directory, "ca", "gem-control-plane-ca")
+    ca_name = _name("gem-control-plane-ca")
+    proxy_ca, proxy_key = _new_ca(directory, "front-proxy-ca", "gem-front-proxy-ca")
 
     sa_key = _new_key()
     sa_key_path, sa_pub_path = directory / "sa.key", directory / "sa.pub"
@@ -162,6 +172,10 @@ def generate_pki(directory: pathlib.Path, *, service_ip: str) -> Pki:
         admin=client("admin", "gem-admin", "system:masters"),
         controller_manager=client("controller-manager", "system:kube-controller-manager"),
         scheduler=client("scheduler", "system:kube-scheduler"),
+        front_proxy_ca=proxy_ca,
+        front_proxy_client=_issue(
+            directory, "front-proxy-client", _name(FRONT_PROXY_CLIENT), proxy_key, _name("gem-front-proxy-ca")
+        ),
         service_account_key=sa_key_path,
         service_account_pub=sa_pub_path,
     )
