@@ -70,8 +70,8 @@ input_stamp() {
 }
 
 first_error() {
-  # The first line of the log that is not the go command's download chatter.
-  grep -v -E '^go: (downloading|finding|extracting)' "$1" | grep -m1 -v '^[[:space:]]*$' | cut -c1-300
+  # The first line of the log that is neither download chatter nor a "# package" header.
+  grep -v -E '^(go: (downloading|finding|extracting)|# )' "$1" | grep -m1 -v '^[[:space:]]*$' | cut -c1-300
 }
 
 build_one() {
