@@ -69,6 +69,19 @@ input_stamp() {
   } | sha256sum | cut -d' ' -f1
 }
 
+copy_manifests() {
+  # The Kueue manager needs its CRDs and webhook configurations from the same release; they travel
+  # with the binary so that the launcher never reads the module cache.
+  local name="$1" dir="$2" module="$3" out="$4" src
+  [[ "$name" == kueue ]] || return 0
+  [[ -f "$out/config/webhook.yaml" && -d "$out/config/crd-conversion" ]] && return 0
+  src="$(cd "$HERE/$dir" && go list -m -f '{{.Dir}}' "$module")" || return 1
+  mkdir -p "$out/config/crd" "$out/config/crd-conversion"
+  cp "$src"/config/components/crd/bases/*.yaml "$out/config/crd/" &&
+    cp "$src"/config/components/crd/patches/webhook_in_*.yaml "$out/config/crd-conversion/" &&
+    cp "$src/config/components/webhook/manifests.yaml" "$out/config/webhook.yaml"
+}
+
 first_error() {
   # The first line of the log that is neither download chatter nor a "# package" header.
   grep -v -E '^(go: (downloading|finding|extracting)|# )' "$1" | grep -m1 -v '^[[:space:]]*$' | cut -c1-300
@@ -86,6 +99,7 @@ build_one() {
   out="$CACHE/$name-$version"
   stamp="$(input_stamp "$dir" "$pkg" "$ldflags")"
   if [[ -x "$out/$name" && -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$stamp" ]]; then
+    copy_manifests "$name" "$dir" "$module" "$out"
     echo "up to date: $name $version ($out/$name)"
     record "$name" "$version" available "$out/$name" 0 "cached"
     return 0
@@ -102,6 +116,7 @@ build_one() {
   started="$(date +%s)"
   if (cd "$HERE/$dir" && nice -n 19 go build -p 1 -ldflags "$ldflags" -o "$out/$name.tmp" "$pkg") >"$log" 2>&1; then
     mv -f "$out/$name.tmp" "$out/$name"
+    copy_manifests "$name" "$dir" "$module" "$out"
     echo "$stamp" >"$out/.stamp"
     secs=$(($(date +%s) - started))
     echo "built: $name $version in ${secs}s ($(du -h "$out/$name" | cut -f1))"

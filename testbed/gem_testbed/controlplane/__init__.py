@@ -2,7 +2,7 @@
 
 `scripts/control-plane/build.sh` builds etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, KWOK, the Kueue manager and helm into a per-user cache; `ControlPlane` starts the
-core of them on loopback with KWOK playing the kubelets of a GPU fleet.
+core of them on loopback with KWOK playing the kubelets of a GPU fleet, and the Kueue manager on request.
 """
 
 from gem_testbed.controlplane.binaries import (

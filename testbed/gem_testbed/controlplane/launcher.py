@@ -5,7 +5,8 @@ kube-scheduler, and KWOK playing the kubelets of a GPU fleet.
 order (each waits for the previous one to be healthy), writes an admin kubeconfig, creates the
 fleet's nodes and waits until KWOK reports them Ready; leaving it stops every process and removes
 the state directory (data, certificates, logs) unless asked to keep it. Ports are picked free at
-start; a fixed API server port that is taken, or a missing binary, is one clear error line.
+start; a fixed API server port that is taken, or a missing binary, is one clear error line. With
+`kueue=True` the Kueue manager is started last (see `kueue.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 
 from gem_testbed.controlplane import binaries as bins
 from gem_testbed.controlplane.apiclient import ApiClient, InsecureProbe
+from gem_testbed.controlplane.kueue import start_kueue
 from gem_testbed.controlplane.kwok import MANAGED_SELECTOR, kwok_nodes, stages_yaml
 from gem_testbed.controlplane.pki import FRONT_PROXY_CLIENT, KeyPair, Pki, generate_pki
 from gem_testbed.controlplane.processes import (
@@ -104,9 +106,11 @@ class ControlPlane:
         pod_step_delay_ms: int = 200,
         keep_state: bool = False,
         timeouts: Timeouts | None = None,
+        kueue: bool = False,
     ) -> None:
         self.fleet = list(fleet)
-        self.binaries = bins.find_binaries(bins.CORE, cache)
+        self.kueue = kueue
+        self.binaries = bins.find_binaries((*bins.CORE, bins.KUEUE) if kueue else bins.CORE, cache)
         self.ports = _Ports()
         if apiserver_port is not None:
             ensure_port_free(apiserver_port, bins.APISERVER)
@@ -152,6 +156,16 @@ class ControlPlane:
         self._start_scheduler(pki)
         self._create_nodes()
         self._start_kwok()
+        if self.kueue:
+            self.processes.append(
+                start_kueue(
+                    self.admin_client(),
+                    binary=self.binaries[bins.KUEUE],
+                    state=self.state_dir,
+                    kubeconfig=self.kubeconfig,
+                    timeout=self.timeouts.components,
+                )
+            )
 
     def stop(self) -> None:
         """Stops the processes in reverse start order, then removes the state unless kept."""
@@ -229,6 +243,8 @@ class ControlPlane:
                 f"--proxy-client-key-file={pki.front_proxy_client.key}",
                 # No pod network reaches a loopback API server, and loopback endpoints are invalid.
                 "--endpoint-reconciler-type=none",
+                # Webhooks and aggregated APIs are reached through their Service's EndpointSlice.
+                "--enable-aggregator-routing=true",
                 "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
                 "--allow-privileged=true",
