@@ -143,15 +143,6 @@ def _new_ca(directory: pathlib.Path, stem: str, common_name: str) -> tuple[KeyPa
     return pair, key
 
 
-def issue_serving_pair(directory: pathlib.Path, stem: str, ca: KeyPair, *, ips: tuple[str, ...]) -> KeyPair:
-    """A serving certificate for another local server (e.g. a webhook), signed by the cluster CA on disk."""
-    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise TypeError(f"{ca.key} is not an ECDSA key")
-    ca_name = x509.load_pem_x509_certificate(ca.cert.read_bytes()).subject
-    return _issue(directory, stem, _name(stem), ca_key, ca_name, server_ips=ips)
-
-
 def generate_pki(directory: pathlib.Path, *, service_ip: str) -> Pki:
     """Writes fresh CAs and every certificate and key into `directory` (which must exist)."""
     ca, ca_key = _new_ca(directory, "ca", "gem-control-plane-ca")
