@@ -73,6 +73,10 @@ case "$mode" in
     system_packages
     python_env "workloads,dev,testbed"
     export PATH="$PWD/$venv/bin:$PATH"
+    # A real control plane from pinned Go modules (cached outside the checkout; a warm cache builds nothing).
+    # A failed build is reported and the suite still runs: tests/controlplane skips, naming what is missing.
+    log "control plane binaries (scripts/control-plane/build.sh)"
+    bash scripts/control-plane/build.sh || echo "some control-plane components are unavailable; their tests skip" >&2
     log "CRDs match the API types"
     gemop crds --check
     log "ruff"

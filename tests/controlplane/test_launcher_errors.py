@@ -13,7 +13,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gem_operator.sim.fleet import GPU, make_fleet
+from gem_operator.fleet import GPU, make_fleet
 from gem_testbed.controlplane import ControlPlane, ControlPlaneError, MissingBinaryError, kwok_nodes
 from gem_testbed.controlplane.binaries import CORE, SUMMARY_NAME, find_binary
 from gem_testbed.controlplane.kwok import MANAGED_ANNOTATION, stages

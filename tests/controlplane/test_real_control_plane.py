@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gem_operator.sim.fleet import GPU, make_fleet
+from gem_operator.fleet import GPU, make_fleet
 from gem_testbed.controlplane import CORE, INIT_MESSAGE_ANNOTATION, ControlPlane, missing_binaries
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(600)]
