@@ -8,7 +8,6 @@ the quota stays suspended with its Workload pending.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -40,10 +39,6 @@ def _eventually(what: str, probe: Callable[[], T | None], timeout: float = 180.0
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[client.ApiClient]:
-    if os.environ.get("GEM_CONTROLPLANE_OFF_LOOPBACK") != "1":
-        # Kueue's webhook must be reached through an EndpointSlice, which refuses loopback addresses, so its
-        # server listens on this host's own interface address. Runs only where that is allowed.
-        pytest.skip("Kueue's webhook listens off loopback; set GEM_CONTROLPLANE_OFF_LOOPBACK=1 to run it")
     missing = missing_binaries((*CORE, KUEUE))
     if missing:
         pytest.skip("; ".join(str(error) for error in missing))

@@ -3,10 +3,15 @@
 The build script copies the release's CRDs and webhook configurations next to the binary
 (`<cache>/kueue-<version>/config/`). Kueue is run as released, with its internal certificate
 management: it issues its webhook certificate for `kueue-webhook-service.kueue-system.svc` and
-injects the CA into the webhook configurations. The API server reaches that Service through its
-EndpointSlice (`--enable-aggregator-routing`), which here names this host's own non-loopback address
-(EndpointSlices may not hold loopback addresses), where the manager's webhook server listens. With
-external certificates instead, Kueue v0.17 reads its metrics certificate from a fixed path under /etc.
+injects the CA into the webhook configurations and the CRDs' conversion webhooks.
+
+Everything stays on loopback. An EndpointSlice may not hold a loopback address, and a webhook given by
+`clientConfig.url: https://127.0.0.1:...` would be verified against an IP SAN that Kueue's own
+certificate lacks. So the webhook Service is an `ExternalName` Service naming `localhost`: the API
+server (without `--enable-aggregator-routing`) resolves a Service reference of that type to
+`<externalName>:<clientConfig.service.port>`, dials the manager's webhook server there, and still
+verifies the certificate against the Service's DNS name, as in a cluster. With external certificates
+instead, Kueue v0.17 reads its metrics certificate from a fixed path under /etc.
 Only the webhooks of what is enabled (Kueue's own kinds and batch/v1 Jobs) are registered: a webhook
 that nothing serves would fail every matching request.
 """
@@ -15,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import pathlib
-import socket
 from typing import Any
 
 import yaml
@@ -26,6 +30,9 @@ from gem_testbed.controlplane.processes import ControlPlaneError, ManagedProcess
 
 NAMESPACE = "kueue-system"
 SERVICE = "kueue-webhook-service"
+# Where the Service sends the API server: the manager's webhook server listens on loopback.
+WEBHOOK_HOST = "127.0.0.1"
+EXTERNAL_NAME = "localhost"
 SECRET = "kueue-webhook-server-cert"
 FRAMEWORKS = ("batch/job",)
 # Webhook paths served for FRAMEWORKS and Kueue's own API.
@@ -48,22 +55,22 @@ def _create(client: ApiClient, path: str, body: dict[str, Any]) -> None:
         raise ControlPlaneError(f"creating {what} failed: HTTP {status} {message}")
 
 
-def _add_conversion_webhook(crd: dict[str, Any], config: pathlib.Path) -> None:
+def _add_conversion_webhook(crd: dict[str, Any], config: pathlib.Path, port: int) -> None:
     """Applies the release's conversion patch for this CRD (if any), pointed at Kueue's Service."""
     patch_file = config / "crd-conversion" / f"webhook_in_{crd['spec']['names']['plural']}.yaml"
     if not patch_file.is_file():
         return
     conversion = yaml.safe_load(patch_file.read_text())["spec"]["conversion"]
-    conversion["webhook"]["clientConfig"]["service"].update({"name": SERVICE, "namespace": NAMESPACE, "port": 443})
+    conversion["webhook"]["clientConfig"]["service"].update({"name": SERVICE, "namespace": NAMESPACE, "port": port})
     crd["spec"]["conversion"] = conversion
 
 
-def install_crds(client: ApiClient, config: pathlib.Path, timeout: float) -> None:
+def install_crds(client: ApiClient, config: pathlib.Path, webhook_port: int, timeout: float) -> None:
     """Creates the CRDs and waits until the API server serves them."""
     names = []
     for path in sorted((config / "crd").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
-        _add_conversion_webhook(crd, config)
+        _add_conversion_webhook(crd, config, webhook_port)
         _create(client, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         names.append(crd["metadata"]["name"])
 
@@ -78,20 +85,7 @@ def install_crds(client: ApiClient, config: pathlib.Path, timeout: float) -> Non
     wait_until(f"{len(names)} Kueue CRDs established", established, timeout)
 
 
-def host_address() -> str:
-    """This host's primary non-loopback IPv4 address (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("10.255.255.255", 1))
-            address: str = probe.getsockname()[0]
-        except OSError as error:
-            raise ControlPlaneError(f"no non-loopback IPv4 address for Kueue's webhook server: {error}") from None
-    if address.startswith("127."):
-        raise ControlPlaneError("no non-loopback IPv4 address for Kueue's webhook server")
-    return address
-
-
-def served_webhooks(config: pathlib.Path) -> list[dict[str, Any]]:
+def served_webhooks(config: pathlib.Path, port: int) -> list[dict[str, Any]]:
     """The release's webhook configurations, bound to Kueue's Service and limited to what is served."""
     documents = [d for d in yaml.safe_load_all((config / "webhook.yaml").read_text()) if d]
     for document in documents:
@@ -100,7 +94,7 @@ def served_webhooks(config: pathlib.Path) -> list[dict[str, Any]]:
             path = webhook["clientConfig"]["service"]["path"]
             if any(part in path for part in SERVED_PATH_PARTS):
                 webhook["clientConfig"] = {
-                    "service": {"name": SERVICE, "namespace": NAMESPACE, "path": path, "port": 443}
+                    "service": {"name": SERVICE, "namespace": NAMESPACE, "path": path, "port": port}
                 }
                 webhooks.append(webhook)
         document["metadata"]["name"] = f"kueue-{document['metadata']['name']}"
@@ -108,27 +102,14 @@ def served_webhooks(config: pathlib.Path) -> list[dict[str, Any]]:
     return documents
 
 
-def webhook_service(address: str, port: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A selector-less Service and the EndpointSlice that sends its traffic to `address`:`port`."""
-    service = {
+def webhook_service() -> dict[str, Any]:
+    """The Service that webhook and conversion calls name; it resolves to this host's loopback."""
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": SERVICE, "namespace": NAMESPACE},
-        "spec": {"ports": [{"port": 443, "protocol": "TCP", "targetPort": port}]},
+        "spec": {"type": "ExternalName", "externalName": EXTERNAL_NAME},
     }
-    endpoints = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{SERVICE}-host",
-            "namespace": NAMESPACE,
-            "labels": {"kubernetes.io/service-name": SERVICE},
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
-        "ports": [{"name": "", "port": port, "protocol": "TCP"}],
-    }
-    return service, endpoints
 
 
 def manager_config(host: str, webhook_port: int, health_port: int, cert_dir: pathlib.Path) -> dict[str, Any]:
@@ -175,22 +156,20 @@ def start_kueue(
     config = manifests_dir(binary)
     if not (config / "webhook.yaml").is_file():
         raise ControlPlaneError(f"{config} lacks Kueue's manifests; run {bins.BUILD_SCRIPT} kueue")
-    install_crds(client, config, timeout)
+    webhook_port, health_port = free_port(), free_port()
+    install_crds(client, config, webhook_port, timeout)
     _create(client, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    host, webhook_port, health_port = host_address(), free_port(), free_port()
-    service, endpoints = webhook_service(host, webhook_port)
     # Kueue fills the Secret with its certificate but does not create it.
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NAMESPACE}}
     _create(client, f"/api/v1/namespaces/{NAMESPACE}/secrets", secret)
-    _create(client, f"/api/v1/namespaces/{NAMESPACE}/services", service)
-    _create(client, f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices", endpoints)
-    webhooks = served_webhooks(config)
+    _create(client, f"/api/v1/namespaces/{NAMESPACE}/services", webhook_service())
+    webhooks = served_webhooks(config, webhook_port)
     for webhook in webhooks:
         _create(client, f"/apis/admissionregistration.k8s.io/v1/{WEBHOOK_KINDS[webhook['kind']]}", webhook)
     cert_dir = state / "kueue-certs"
     cert_dir.mkdir(exist_ok=True)
     config_file = state / "kueue-config.yaml"
-    config_file.write_text(yaml.safe_dump(manager_config(host, webhook_port, health_port, cert_dir)))
+    config_file.write_text(yaml.safe_dump(manager_config(WEBHOOK_HOST, webhook_port, health_port, cert_dir)))
     process = ManagedProcess(
         bins.KUEUE,
         [

@@ -243,8 +243,8 @@ class ControlPlane:
                 f"--proxy-client-key-file={pki.front_proxy_client.key}",
                 # No pod network reaches a loopback API server, and loopback endpoints are invalid.
                 "--endpoint-reconciler-type=none",
-                # Webhooks and aggregated APIs are reached through their Service's EndpointSlice.
-                "--enable-aggregator-routing=true",
+                # Webhooks resolve their Service by its type: ExternalName ones reach loopback (kueue.py).
+                "--enable-aggregator-routing=false",
                 "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
                 "--allow-privileged=true",
