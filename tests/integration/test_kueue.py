@@ -2,7 +2,9 @@
 
 The operator keeps one Workload per queued GEMTraining, creates no pod before `status.admission`
 is set, creates the whole gang after, removes it when Kueue evicts, and then releases the
-reservation so Kueue can requeue it. Pods never carry the queue label.
+reservation so Kueue can requeue it. Pods never carry the queue label. The Workload CRD here serves
+v1beta1 only, so this is the operator's path for a cluster without Kueue's v1beta2 (the real Kueue, on
+v1beta2, is in tests/controlplane).
 """
 
 from __future__ import annotations

@@ -6,7 +6,15 @@ from typing import Any
 
 from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.render.common import Owner
-from gem_operator.render.kueue import assigned_flavors, decide, flavor_node_labels, queue_name, render_workload
+from gem_operator.render.kueue import (
+    KUEUE_API_VERSION,
+    KUEUE_LEGACY_API_VERSION,
+    assigned_flavors,
+    decide,
+    flavor_node_labels,
+    queue_name,
+    render_workload,
+)
 from gem_operator.render.training import render_training
 
 QUEUED = Owner("gem.dev/v1alpha1", "GEMTraining", "job", "ml", "uid-1", (("kueue.x-k8s.io/queue-name", "gpu"),))
@@ -22,7 +30,7 @@ def test_one_pod_set_describes_the_whole_gang() -> None:
     s = spec()
     pod = render_training(QUEUED, s).pods[0]
     wl = render_workload(QUEUED, s, pod, "gpu")
-    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta1" and wl["kind"] == "Workload"
+    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta2" and wl["kind"] == "Workload"
     assert wl["metadata"]["name"] == "job-workload"
     assert wl["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert wl["spec"]["queueName"] == "gpu" and wl["spec"]["active"] is True
@@ -37,6 +45,23 @@ def test_one_pod_set_describes_the_whole_gang() -> None:
     assert other["metadata"]["annotations"] != wl["metadata"]["annotations"]
     held = render_workload(QUEUED, spec(suspend=True), pod, "gpu")
     assert held["spec"]["active"] is False
+
+
+def test_the_priority_class_label_is_spelled_per_api_version() -> None:
+    labels = (("kueue.x-k8s.io/queue-name", "gpu"), ("kueue.x-k8s.io/priority-class", "batch-high"))
+    owner = Owner("gem.dev/v1alpha1", "GEMTraining", "job", "ml", "uid-1", labels)
+    s = spec()
+    pod = render_training(owner, s).pods[0]
+    current = render_workload(owner, s, pod, "gpu")
+    assert current["apiVersion"] == KUEUE_API_VERSION == "kueue.x-k8s.io/v1beta2"
+    ref = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "batch-high"}
+    assert current["spec"]["priorityClassRef"] == ref and "priorityClassName" not in current["spec"]
+    legacy = render_workload(owner, s, pod, "gpu", KUEUE_LEGACY_API_VERSION)
+    assert legacy["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert legacy["spec"]["priorityClassName"] == "batch-high" and "priorityClassRef" not in legacy["spec"]
+    assert legacy["spec"]["priorityClassSource"] == "kueue.x-k8s.io/workloadpriorityclass"
+    assert legacy["metadata"]["annotations"] == current["metadata"]["annotations"], "same gang, same hash"
+    assert current["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "batch-high"
 
 
 def test_queue_name_only_from_the_label() -> None:

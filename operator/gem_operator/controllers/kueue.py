@@ -7,7 +7,8 @@ the pods are removed and, once they are gone, the quota reservation is released 
 Workload's status as Kueue expects of the job, so it can be queued again. When the gang
 finishes, the Workload is marked `Finished` so its quota is returned.
 
-Kueue itself is not needed to run the operator: without the label none of this happens.
+Kueue itself is not needed to run the operator: without the label none of this happens. The
+Workload is kept in Kueue's v1beta2 API, in v1beta1 only on a cluster that does not serve v2.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children
 from gem_operator.controllers.status import observe_gang, training_phase
+from gem_operator.kube import KubeApi
 from gem_operator.render.common import ANNOTATION_SPEC_HASH, Owner
 from gem_operator.render.kueue import (
-    KUEUE_API_VERSION,
+    KUEUE_API_VERSIONS,
     QUEUE_LABEL,
     KueueDecision,
     decide,
@@ -57,6 +59,25 @@ class AdmissionPass(Protocol):
     async def render(self, spec: GEMTrainingSpec, **kwargs: Any) -> TrainingChildren | None: ...
 
 
+async def _read(kube: KubeApi, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+    """The object in the newest Kueue API version that has it (its `apiVersion` says which)."""
+    for api_version in KUEUE_API_VERSIONS:
+        found = await kube.get(api_version, kind, name, namespace)
+        if found is not None:
+            return found
+    return None
+
+
+async def _create(tp: AdmissionPass, queue: str) -> dict[str, Any] | None:
+    """Creates the Workload in the newest served version; None when no version is served."""
+    for api_version in KUEUE_API_VERSIONS:
+        desired = render_workload(tp.owner, tp.spec, worker_pod(tp.owner, tp.spec), queue, api_version)
+        created = await tp.ctx.kube.create_if_served(desired)
+        if created is not None:
+            return created
+    return None
+
+
 def _hash(obj: dict[str, Any] | None) -> str | None:
     return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
 
@@ -69,16 +90,17 @@ async def admission(tp: AdmissionPass) -> KueueDecision | None:
     ctx, spec = tp.ctx, tp.spec
     desired = render_workload(tp.owner, spec, worker_pod(tp.owner, spec), queue)
     name = desired["metadata"]["name"]
-    current = await ctx.kube.get(KUEUE_API_VERSION, WORKLOAD, name, ctx.namespace)
+    current = await _read(ctx.kube, WORKLOAD, name, ctx.namespace)
     if current is not None and _hash(current) != _hash(desired):
         # podSets are immutable: a new gang shape is a new Workload, admitted afresh.
-        await ctx.kube.delete(KUEUE_API_VERSION, WORKLOAD, name, ctx.namespace)
+        await ctx.kube.delete(current["apiVersion"], WORKLOAD, name, ctx.namespace)
         tp.event("Normal", "WorkloadReplaced", f"gang shape changed: Workload {name} re-created for queue {queue}")
         return KueueDecision(False, False, "WorkloadReplaced", f"gang shape changed; waiting for Kueue ({queue})")
     if current is None:
-        if await ctx.kube.create_if_served(desired) is None:
+        if await _create(tp, queue) is None:
+            versions = " or ".join(KUEUE_API_VERSIONS)
             message = (
-                f"metadata.labels[{QUEUE_LABEL}] is {queue!r} but this cluster serves no {KUEUE_API_VERSION} "
+                f"metadata.labels[{QUEUE_LABEL}] is {queue!r} but this cluster serves no {versions} "
                 "Workload API: install Kueue, or remove the label to run without a queue"
             )
             tp.condition("Admitted", "False", "KueueNotInstalled", message)
@@ -91,7 +113,7 @@ async def admission(tp: AdmissionPass) -> KueueDecision | None:
         tp.event("Normal", "WorkloadCreated", f"Workload {name} created in queue {queue}: {spec.num_nodes} pods wait")
     elif (current.get("spec") or {}).get("active", True) != desired["spec"]["active"]:
         await ctx.kube.patch_merge(
-            KUEUE_API_VERSION, WORKLOAD, name, ctx.namespace, {"spec": {"active": not spec.suspend}}
+            current["apiVersion"], WORKLOAD, name, ctx.namespace, {"spec": {"active": not spec.suspend}}
         )
     decision = decide(current, queue)
     old: dict[str, Any] = next((c for c in tp.status.get("conditions") or [] if c.get("type") == "Admitted"), {})
@@ -107,7 +129,7 @@ async def admitted_node_labels(tp: AdmissionPass, decision: KueueDecision) -> di
     """Node labels of the ResourceFlavors Kueue admitted the gang to: the planner keeps to those nodes."""
     flavors = []
     for name in decision.flavors:
-        flavor = await tp.ctx.kube.get(KUEUE_API_VERSION, RESOURCE_FLAVOR, name, "")
+        flavor = await _read(tp.ctx.kube, RESOURCE_FLAVOR, name, "")
         if flavor is not None:
             flavors.append(flavor)
     return flavor_node_labels(flavors)
@@ -145,7 +167,7 @@ async def _release(tp: AdmissionPass) -> None:
         "message": "the gang's pods were removed after eviction",
         "lastTransitionTime": stamp,
     }
-    current = await tp.ctx.kube.get(KUEUE_API_VERSION, WORKLOAD, name, tp.ctx.namespace)
+    current = await _read(tp.ctx.kube, WORKLOAD, name, tp.ctx.namespace)
     if current is None or not (current.get("status") or {}).get("admission"):
         return
     others = [
@@ -155,7 +177,7 @@ async def _release(tp: AdmissionPass) -> None:
     ]
     admitted = {**condition, "type": "Admitted", "reason": "NoReservation"}
     await tp.ctx.kube.patch_merge(
-        KUEUE_API_VERSION,
+        current["apiVersion"],
         WORKLOAD,
         name,
         tp.ctx.namespace,
@@ -169,7 +191,7 @@ async def finish(tp: AdmissionPass, phase: str, message: str) -> None:
     if queue_name(tp.owner) is None:
         return
     name = workload_name(tp.owner)
-    current = await tp.ctx.kube.get(KUEUE_API_VERSION, WORKLOAD, name, tp.ctx.namespace)
+    current = await _read(tp.ctx.kube, WORKLOAD, name, tp.ctx.namespace)
     if current is None:
         return
     conditions = (current.get("status") or {}).get("conditions") or []
@@ -184,7 +206,7 @@ async def finish(tp: AdmissionPass, phase: str, message: str) -> None:
     }
     others = [c for c in conditions if c.get("type") != "Finished"]
     await tp.ctx.kube.patch_merge(
-        KUEUE_API_VERSION,
+        current["apiVersion"],
         WORKLOAD,
         name,
         tp.ctx.namespace,

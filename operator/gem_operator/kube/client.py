@@ -40,8 +40,10 @@ for _info in KINDS:
     create_namespaced_resource(_info.group, _info.version, _info.kind, _info.plural)
 # Kueue's Workload, kept for a GEMTraining that names a queue, and the ResourceFlavors an admission
 # names, whose node labels bound the placement (controllers/kueue.py).
-create_namespaced_resource("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
-create_global_resource("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors")
+# v1beta2 is Kueue's current API; v1beta1 where v2 is not served.
+for _kueue_version in ("v1beta2", "v1beta1"):
+    create_namespaced_resource("kueue.x-k8s.io", _kueue_version, "Workload", "workloads")
+    create_global_resource("kueue.x-k8s.io", _kueue_version, "ResourceFlavor", "resourceflavors")
 
 # Fields of a child we never patch: identity, server-managed metadata and status.
 _UNPATCHED_TOP = {"apiVersion", "kind", "status"}

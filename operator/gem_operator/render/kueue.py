@@ -1,4 +1,4 @@
-"""Kueue integration as an external framework: the gang's `Workload` (kueue.x-k8s.io/v1beta1).
+"""Kueue integration as an external framework: the gang's `Workload` (kueue.x-k8s.io/v1beta2).
 
 Why a Workload, not labels on pods: Kueue's pod integration admits bare pods one by one, so a
 queue label copied onto a gang's pods would let half a gang in. Instead, a GEMTraining that
@@ -6,6 +6,10 @@ carries `kueue.x-k8s.io/queue-name` gets one Workload whose single podSet descri
 gang (one pod per host, its per-pod requests); the operator creates no pod until Kueue writes
 `status.admission`, and removes them again when Kueue evicts the Workload. The queue label
 stays on the GEMTraining and its Workload; pods never carry it.
+
+Kueue's current API is v1beta2 (since 0.15; v1beta1 is deprecated since 0.16 and is to stop being
+served). The Workload is written in v1beta2 and in v1beta1 only where v2 is not served; the two
+differ, for what is written here, in how the priority class is named.
 
 Pure: (resource, spec) -> manifest, and (Workload) -> what Kueue decided.
 """
@@ -27,7 +31,12 @@ from gem_operator.render.common import (
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta1"
+KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
+KUEUE_LEGACY_API_VERSION = "kueue.x-k8s.io/v1beta1"
+# Newest first: what the operator tries, in order, until the cluster serves one.
+KUEUE_API_VERSIONS = (KUEUE_API_VERSION, KUEUE_LEGACY_API_VERSION)
+WORKLOAD_PRIORITY_GROUP = "kueue.x-k8s.io"
+WORKLOAD_PRIORITY_KIND = "WorkloadPriorityClass"
 ROLE_WORKLOAD = "workload"
 POD_SET = "workers"
 
@@ -61,11 +70,26 @@ def pod_set_template(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {"spec": template}
 
 
-def render_workload(owner: Owner, spec: GEMTrainingSpec, pod: Mapping[str, Any], queue: str) -> dict[str, Any]:
+def _priority_fields(priority: str, api_version: str) -> dict[str, Any]:
+    """The `kueue.x-k8s.io/priority-class` label names a WorkloadPriorityClass; each version spells it."""
+    if api_version == KUEUE_LEGACY_API_VERSION:
+        return {"priorityClassName": priority, "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass"}
+    ref = {"group": WORKLOAD_PRIORITY_GROUP, "kind": WORKLOAD_PRIORITY_KIND, "name": priority}
+    return {"priorityClassRef": ref}
+
+
+def render_workload(
+    owner: Owner,
+    spec: GEMTrainingSpec,
+    pod: Mapping[str, Any],
+    queue: str,
+    api_version: str = KUEUE_API_VERSION,
+) -> dict[str, Any]:
     """The Workload for the gang: one podSet of `num_nodes` pods shaped like `pod` (an unpinned worker).
 
     podSets are immutable in Kueue, so the annotation carries their hash: a new gang shape means a
     new Workload (the controller deletes and re-creates it, and the gang waits for a new admission).
+    The hash covers only the podSets, so it is the same in either API version.
     """
     pod_sets = [{"name": POD_SET, "count": spec.num_nodes, "template": pod_set_template(pod)}]
     meta = metadata(owner, workload_name(owner), ROLE_WORKLOAD, "gem-training", {QUEUE_LABEL: queue})
@@ -74,14 +98,14 @@ def render_workload(owner: Owner, spec: GEMTrainingSpec, pod: Mapping[str, Any],
         meta["labels"][PRIORITY_LABEL] = priority
     meta["annotations"] = {ANNOTATION_SPEC_HASH: spec_hash(pod_sets)}
     body: dict[str, Any] = {
-        "apiVersion": KUEUE_API_VERSION,
+        "apiVersion": api_version,
         "kind": "Workload",
         "metadata": meta,
         # A user's spec.suspend deactivates the Workload so it holds no quota while held.
         "spec": {"queueName": queue, "podSets": pod_sets, "active": not spec.suspend},
     }
     if priority:
-        body["spec"]["priorityClassName"] = priority
+        body["spec"].update(_priority_fields(priority, api_version))
     return body
 
 
