@@ -55,7 +55,14 @@ class _DefaultsFromFactories(GenerateJsonSchema):
         json_schema = self.generate_inner(schema["schema"])
         value = factory()  # type: ignore[call-arg]
         if isinstance(value, BaseModel):
-            json_schema["default"] = {}
+            # `{}` lets the API server fill in the nested defaults, but it checks a default against
+            # the object's CEL rules without doing so: where the model has rules, its values in full.
+            ref = str(json_schema.get("$ref", "")).rsplit("/", 1)[-1]
+            definition = next((d for key, d in self.definitions.items() if key == ref), json_schema)
+            has_rules = "x-kubernetes-validations" in str(definition)
+            json_schema["default"] = (
+                value.model_dump(mode="json", by_alias=True, exclude_none=True) if has_rules else {}
+            )
         else:
             json_schema["default"] = to_jsonable_python(value, by_alias=True, exclude_none=True)
         return json_schema

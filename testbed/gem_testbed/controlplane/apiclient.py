@@ -26,13 +26,18 @@ class ApiClient:
         if client is not None:
             self._context.load_cert_chain(str(client.cert), str(client.key))
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """Status code and decoded JSON (or text); connection errors are status 0."""
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
+        """Status code and decoded JSON (or text); connection errors are status 0.
+
+        `content_type` names the patch format for PATCH (e.g. application/merge-patch+json).
+        """
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.server + path, data=data, method=method)
         request.add_header("Accept", "application/json")
         if data is not None:
-            request.add_header("Content-Type", "application/json")
+            request.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout, context=self._context) as response:
                 return response.status, _decode(response.read())

@@ -7,6 +7,9 @@ through what a kubelet would report, one step at a time, so that controllers wat
 transition: Pending (containers waiting) -> init containers running -> init containers terminated
 (exit code 0, with the termination message taken from a pod annotation) -> Running (containers
 started, not ready) -> Ready; a pod marked for deletion is removed (there is no kubelet to confirm it).
+The model loader's init container (`model-loader`) of a pod without that annotation reports its run
+time (the stage delay) as the real loader would, so `status.modelLoadSeconds` is filled. Failure
+injection: a pod annotated `FAIL_ANNOTATION=<exit code>` fails, its containers terminated with that code.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ MANAGED_VALUE = "fake"
 MANAGED_SELECTOR = f"{MANAGED_ANNOTATION}={MANAGED_VALUE}"
 # Pod annotation whose value every init container reports as its termination message.
 INIT_MESSAGE_ANNOTATION = "gem.dev/init-termination-message"
+# Pod annotation that makes KWOK fail the pod: its value is the containers' exit code.
+FAIL_ANNOTATION = "gem.dev/kwok-fail"
+# The init container the operator names for the model loader (controllers/status.py reads its message).
+LOADER_CONTAINER = "model-loader"
 STAGE_API = "kwok.x-k8s.io/v1alpha1"
 NODE_CONDITIONS = (
     ("Ready", "True", "KubeletReady"),
@@ -61,7 +68,14 @@ def _expr(key: str, operator: str, *values: str) -> dict[str, Any]:
 
 
 def _stage(
-    name: str, kind: str, selector: list[dict[str, Any]], delay_ms: int, *, template: str = "", delete: bool = False
+    name: str,
+    kind: str,
+    selector: list[dict[str, Any]],
+    delay_ms: int,
+    *,
+    template: str = "",
+    delete: bool = False,
+    weight: int = 0,
 ) -> Manifest:
     next_step: dict[str, Any] = {"delete": True} if delete else {"statusTemplate": template}
     spec: dict[str, Any] = {
@@ -71,6 +85,8 @@ def _stage(
     }
     if delay_ms:
         spec["delay"] = {"durationMilliseconds": delay_ms}
+    if weight:
+        spec["weight"] = weight
     return {"apiVersion": STAGE_API, "kind": "Stage", "metadata": {"name": name}, "spec": spec}
 
 
@@ -155,12 +171,14 @@ _INIT_DONE = """\
 {{ $now := Now }}
 {{ $message := "" }}
 {{ with .metadata.annotations }}{{ with index . "ANNOTATION" }}{{ $message = . }}{{ end }}{{ end }}
+{{ $loaded := `{"seconds": LOAD_SECONDS, "simulated": true}` }}
 conditions:
 - type: Initialized
   status: "True"
   lastTransitionTime: {{ $now | Quote }}
 initContainerStatuses:
 {{ range $i, $c := .spec.initContainers }}
+{{ $text := $message }}{{ if and (not $text) (eq $c.name "LOADER") }}{{ $text = $loaded }}{{ end }}
 - name: {{ $c.name | Quote }}
   image: {{ $c.image | Quote }}
   ready: true
@@ -170,7 +188,7 @@ initContainerStatuses:
     terminated:
       exitCode: 0
       reason: Completed
-      message: {{ $message | Quote }}
+      message: {{ $text | Quote }}
       startedAt: {{ (index $.status.initContainerStatuses $i).state.running.startedAt | Quote }}
       finishedAt: {{ $now | Quote }}
 {{ end }}
@@ -183,7 +201,13 @@ containerStatuses:
   restartCount: 0
   state: {waiting: {reason: ContainerCreating}}
 {{ end }}
-""".replace("ANNOTATION", INIT_MESSAGE_ANNOTATION)
+""".replace("ANNOTATION", INIT_MESSAGE_ANNOTATION).replace("LOADER", LOADER_CONTAINER)
+
+
+def _init_done_template(step_delay_ms: int) -> str:
+    """Init containers terminated; the loader's run time is the step it ran for."""
+    return _INIT_DONE.replace("LOAD_SECONDS", f"{step_delay_ms / 1000:.3f}")
+
 
 _POD_RUNNING = """\
 {{ $now := Now }}
@@ -220,6 +244,30 @@ containerStatuses:
 {{ end }}
 """
 
+_POD_FAILED = """\
+{{ $now := Now }}
+{{ $code := index .metadata.annotations "FAIL" }}
+phase: Failed
+conditions:
+- type: Ready
+  status: "False"
+  reason: PodFailed
+  lastTransitionTime: {{ $now | Quote }}
+- type: ContainersReady
+  status: "False"
+  reason: PodFailed
+  lastTransitionTime: {{ $now | Quote }}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state: {terminated: {exitCode: {{ $code }}, reason: Error, finishedAt: {{ $now | Quote }}}}
+{{ end }}
+""".replace("FAIL", FAIL_ANNOTATION)
+
 _READY_STATUS = '.status.conditions.[] | select( .type == "Ready" ) | .status'
 _INITIALIZED_STATUS = '.status.conditions.[] | select( .type == "Initialized" ) | .status'
 _LIVE = _expr(".metadata.deletionTimestamp", "DoesNotExist")
@@ -249,7 +297,7 @@ def stages(step_delay_ms: int = 200) -> list[Manifest]:
             "Pod",
             [*pending, _expr(".status.initContainerStatuses.[].state.running.startedAt", "Exists")],
             step_delay_ms,
-            template=_INIT_DONE,
+            template=_init_done_template(step_delay_ms),
         ),
         _stage(
             "gem-pod-running",
@@ -264,6 +312,19 @@ def stages(step_delay_ms: int = 200) -> list[Manifest]:
             [_LIVE, _expr(".status.phase", "In", "Running"), _expr(_READY_STATUS, "NotIn", "True")],
             step_delay_ms,
             template=_POD_READY,
+        ),
+        # Weighted above the others (weight 0), so it wins whichever other stage also matches.
+        _stage(
+            "gem-pod-fail",
+            "Pod",
+            [
+                _LIVE,
+                _expr(f'.metadata.annotations["{FAIL_ANNOTATION}"]', "Exists"),
+                _expr(".status.phase", "In", "Pending", "Running"),
+            ],
+            step_delay_ms,
+            template=_POD_FAILED,
+            weight=1,
         ),
         _stage(
             "gem-pod-delete",

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from gem_testbed.controlplane import audit
 from gem_testbed.controlplane import binaries as bins
 from gem_testbed.controlplane.apiclient import ApiClient, InsecureProbe
 from gem_testbed.controlplane.kueue import start_kueue
@@ -181,6 +182,18 @@ class ControlPlane:
         """The admin kubeconfig (system:masters), written once the API server is ready."""
         return self.state_dir / "admin.kubeconfig"
 
+    @property
+    def audit_log(self) -> pathlib.Path:
+        """The API server's audit log: metadata of every request by a service account outside kube-system."""
+        return self.log_path("audit")
+
+    @property
+    def ca_cert(self) -> pathlib.Path:
+        """The cluster CA that signed the API server's serving certificate (for kubeconfigs)."""
+        if self._pki is None:
+            raise ControlPlaneError("the control plane is not started")
+        return self._pki.ca.cert
+
     def admin_client(self) -> ApiClient:
         if self._pki is None:
             raise ControlPlaneError("the control plane is not started")
@@ -249,6 +262,7 @@ class ControlPlane:
                 f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *audit.apiserver_flags(self.state_dir, self.audit_log),
             ],
         )
         client = ApiClient(self.server, pki.ca.cert, pki.admin)

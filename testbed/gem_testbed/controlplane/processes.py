@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 LOG_TAIL_LINES = 15
 
@@ -50,10 +50,14 @@ def log_tail(path: pathlib.Path, lines: int = LOG_TAIL_LINES) -> str:
 class ManagedProcess:
     """One component: argv, its log file, and a stop that escalates from SIGTERM to SIGKILL."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: pathlib.Path) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: pathlib.Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        # None: the caller's environment.
+        self.env = dict(env) if env is not None else None
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -63,6 +67,7 @@ class ManagedProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,
             )
 
