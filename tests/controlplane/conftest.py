@@ -34,8 +34,9 @@ WORK_NAMESPACE = "gem-real"  # kubectl, garbage collection, malformed corpus, HA
 KUEUE_NAMESPACE = "gem-kueue"  # the gang behind a Kueue LocalQueue
 WATCHED = (E2E_NAMESPACE, WORK_NAMESPACE, KUEUE_NAMESPACE)
 # Short resyncs and a short peering lifetime keep waits short; the mechanisms are the defaults'.
-OPERATOR_ENV = {"GEM_RESYNC_SECONDS": "2", "GEM_PEERING_LIFETIME": "6"}
+CHART_VALUES = {"resyncSeconds": 2, "extraEnv": [{"name": "GEM_PEERING_LIFETIME", "value": "6"}]}
 GEM = "gem.dev/v1alpha1"
+GEM_RESOURCES = "gemtrainings,rankingservices,solarisprecomputes"
 
 
 def eventually(what: str, probe: Callable[[], T | None], timeout: float = 120.0, interval: float = 0.5) -> T:
@@ -57,6 +58,7 @@ class RealCluster:
     plane: ControlPlane
     install: OperatorInstall
     api: client.ApiClient
+    env: dict[str, str]
     operators: list[OperatorProcess] = field(default_factory=list)
 
     @property
@@ -69,7 +71,7 @@ class RealCluster:
 
     def operator(self, name: str = "gem-operator", priority: int = 100) -> OperatorProcess:
         """Starts one more operator process with the chart's token (peering with the others)."""
-        process = OperatorProcess(self.plane, self.install, name=name, priority=priority, env=OPERATOR_ENV)
+        process = OperatorProcess(self.plane, self.install, name=name, priority=priority, env=self.env)
         process.start()
         self.operators.append(process)
         return process
@@ -92,18 +94,31 @@ class RealCluster:
         return forbidden_requests(self.plane, self.install.username)
 
     def gem_objects(self, namespace: str) -> list[str]:
-        out = self.kubectl("get", "gemtrainings,rankingservices,solarisprecomputes", "-n", namespace, "-o", "name")
+        out = self.kubectl("get", GEM_RESOURCES, "-n", namespace, "-o", "name")
         return out.stdout.split()
 
     def delete_gem_objects(self, namespace: str, timeout: float = 120.0) -> None:
         """Deletes every GEM resource in `namespace` and waits until they and their pods are gone."""
-        self.kubectl("delete", "gemtrainings,rankingservices,solarisprecomputes", "--all", "-n", namespace, "--wait=false")
+        self.kubectl("delete", GEM_RESOURCES, "--all", "-n", namespace, "--wait=false")
 
         def clean() -> bool:
             pods = self.core.list_namespaced_pod(namespace, label_selector="gem.dev/instance").items
             return not self.gem_objects(namespace) and not pods
 
         eventually(f"GEM resources and their pods in {namespace} to go", clean, timeout)
+
+
+def chart_env(api: client.ApiClient, install: OperatorInstall) -> dict[str, str]:
+    """The operator's own settings (`GEM_*` with literal values) from the chart's Deployment.
+
+    The process runs outside a pod, so it takes from the rendered Deployment what the chart's values
+    configure (node cache, resync, extraEnv), the way the container would get them.
+    """
+    apps = client.AppsV1Api(api)
+    selector = f"app.kubernetes.io/instance={install.release}"
+    (deployment,) = apps.list_namespaced_deployment(install.namespace, label_selector=selector).items
+    (container,) = deployment.spec.template.spec.containers
+    return {e.name: e.value for e in container.env or [] if e.name.startswith("GEM_") and e.value is not None}
 
 
 def _skip_reason() -> str | None:
@@ -121,9 +136,9 @@ def real_cluster() -> Iterator[RealCluster]:
     if reason:
         pytest.skip(reason)
     with ControlPlane(load_fleet("demo"), kueue=True) as plane:
-        install = install_operator(plane, watched=WATCHED)
+        install = install_operator(plane, watched=WATCHED, values=CHART_VALUES)
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))
-        cluster = RealCluster(plane, install, api)
+        cluster = RealCluster(plane, install, api, chart_env(api, install))
         try:
             cluster.operator()
             yield cluster
