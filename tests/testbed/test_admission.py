@@ -15,6 +15,7 @@ from gem_operator.api.crd import gem_crds
 from gem_operator.api.kinds import kind_info
 from gem_operator.api.schema_check import schema_errors
 from gem_testbed.cluster import EmbeddedCluster
+from gem_testbed.emulator.admission import prune
 from gem_testbed.faults.malformed import CASES, Case, sample
 from gem_testbed.kubelets.lifecycle import LifecycleConfig
 
@@ -58,6 +59,16 @@ def test_malformed_resources_are_refused_at_the_door_with_the_field(gem_api: Api
     if schema_ok:  # only the operator's own checks catch it: the API server stores it
         assert status == 201, body
         gem_api("DELETE", f"{BASE}/{plural(case.kind)}/{manifest['metadata']['name']}")
+        return
+    unknown: list[str] = []
+    info = kind_info(case.kind)
+    crd = gem_crds()[f"{info.group}_{info.plural}.yaml"]
+    prune(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], manifest, [], unknown)
+    if unknown:  # kube-apiserver's strict decoding refuses these before any validation: 400, no causes
+        assert status == 400 and body["reason"] == "BadRequest", body
+        prefix = f'{case.kind} in version "v1alpha1" cannot be handled as a {case.kind}: strict decoding error: '
+        assert body["message"] == prefix + ", ".join(f'unknown field "{f}"' for f in unknown)
+        assert case.field in body["message"]
         return
     assert status == 422 and body["reason"] == "Invalid", body
     assert body["message"].startswith(f'{case.kind}.gem.dev "{manifest["metadata"]["name"]}" is invalid: ')

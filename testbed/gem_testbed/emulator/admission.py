@@ -1,17 +1,20 @@
 """What kube-apiserver does to a custom resource before storing it, for the embedded API server.
 
 On create, update and patch: prune fields the structural schema does not know (as the API server
-does; with ``fieldValidation=Strict``, as kubectl sends by default, they are an error instead),
-apply defaults, check types, bounds, patterns and enums, then the CEL ``x-kubernetes-validations``
-rules; any failure is a 422 ``Invalid`` whose causes carry the field paths, worded like the API
-server's. Also the Table view of a list (``kubectl get`` printer columns) and the CRD's
-``labelSelectorPath`` for ``/scale``. The emulator is a test double: the operator never needs it.
+does; with ``fieldValidation=Strict``, as kubectl sends by default, they are a 400 "strict decoding
+error" instead), apply defaults, check types, bounds, patterns and enums, then the CEL
+``x-kubernetes-validations`` rules, which, as in kube-apiserver, are skipped (with a cause saying so)
+when a type, enum, required, length or count error blocks them; any failure is a 422 ``Invalid``
+whose causes carry the field paths, worded like the API server's (checked against kube-apiserver by
+tests/controlplane/test_real_malformed.py). Also the Table view of a list (``kubectl get`` printer
+columns) and the CRD's ``labelSelectorPath`` for ``/scale``. The emulator is a test double: the operator never needs it.
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +39,38 @@ class Invalid(Exception):
     def __init__(self, causes: list[tuple[str, str]]) -> None:
         self.causes = causes
         super().__init__("; ".join(f"{f}: {m}" for f, m in causes))
+
+
+class Undecodable(Exception):
+    """Strict field validation found fields the schema does not declare (kube-apiserver: 400)."""
+
+    def __init__(self, unknown: list[str]) -> None:
+        self.unknown = unknown
+        super().__init__("strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in unknown))
+
+
+# The message kube-apiserver adds when schema errors keep the CEL rules from running.
+CEL_SKIPPED = (
+    "Invalid value: null: some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation"
+)
+# Schema errors that block the CEL rules in kube-apiserver (apiextensions' hasBlockingErr).
+_BLOCKING = frozenset({"type", "enum", "required", "maxLength", "maxItems", "maxProperties"})
+# Cause reasons by message prefix, as kube-apiserver's field.ErrorType names them.
+_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+)
+
+
+def cause_reason(message: str) -> str:
+    """The `reason` kube-apiserver gives a cause, from how its message starts."""
+    for prefix, reason in _REASONS:
+        if message.startswith(prefix):
+            return reason
+    return "FieldValueTypeInvalid" if " in body must be of type " in message else "FieldValueInvalid"
 
 
 def _path(parts: Sequence[Any]) -> str:
@@ -75,7 +110,15 @@ def json_too_deep(body: bytes, limit: int = MAX_DECODE_DEPTH) -> bool:
 
 
 def prune(schema: Mapping[str, Any], value: Any, path: list[Any], unknown: list[str]) -> Any:
-    """Drop fields the schema does not specify (never descending into them); list them in ``unknown``."""
+    """Drop fields the schema does not specify (never descending into them); list them in ``unknown``.
+
+    A map where the schema wants something else (a list, a string) has no declared field at all: each
+    of its keys is unknown, as in kube-apiserver's pruning."""
+    if isinstance(value, dict) and schema.get("type") not in ("object", None):
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return value
+        unknown.extend(_path([*path, key]) for key in value)
+        return {}
     if isinstance(value, dict) and schema.get("type") == "object":
         if schema.get("x-kubernetes-preserve-unknown-fields"):
             return value
@@ -125,17 +168,43 @@ def _clip(text: str, keep: int = 200) -> str:
     return text if len(text) <= keep else f"{text[: keep - 60]} ... {text[-40:]}"
 
 
+def _json_type(value: Any) -> str:
+    """The OpenAPI type name of a decoded JSON value, as kube-apiserver reports a wrong one."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    names = {float: "number", str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "null")
+
+
 def _cause(err: Any) -> tuple[str, str]:
     """(field, message) as kube-apiserver words them: a missing field is named itself, "Required value"."""
     path = list(err.absolute_path)
+    field = _path(path) or "<root>"
     if err.validator == "required" and isinstance(err.instance, dict):
         missing = [p for p in err.validator_value if p not in err.instance]
         if missing:
             return _path([*path, missing[0]]), "Required value"
     if err.validator == "enum":
         allowed = ", ".join(f'"{v}"' for v in err.validator_value)
-        return _path(path) or "<root>", _clip(f"Unsupported value: {err.instance!r}: supported values: {allowed}")
-    return _path(path) or "<root>", _clip(f"Invalid value: {err.message}")
+        return field, _clip(f"Unsupported value: {json.dumps(err.instance)}: supported values: {allowed}")
+    if err.validator == "type":
+        got = _json_type(err.instance)
+        return field, f'Invalid value: "{got}": {field} in body must be of type {err.validator_value}: "{got}"'
+    if err.validator == "maxLength":
+        return field, f"Too long: may not be more than {err.validator_value} bytes"
+    if err.validator in ("maxItems", "maxProperties"):
+        return field, f"Too many: {len(err.instance)}: must have at most {err.validator_value} items"
+    return field, _clip(f"Invalid value: {err.message}")
+
+
+def _has_rules(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        return "x-kubernetes-validations" in schema or any(_has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_rules(v) for v in schema)
+    return False
 
 
 class Schema:
@@ -144,6 +213,7 @@ class Schema:
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self.schema = schema
         self._validator = OAS30Validator(dict(schema))
+        self._has_rules = _has_rules(schema)
 
     def _part(self, name: str) -> Mapping[str, Any]:
         return (self.schema.get("properties") or {}).get(name) or {}
@@ -156,14 +226,18 @@ class Schema:
             if part in out:
                 out[part] = prune(self._part(part), out[part], [part], unknown)
         if strict and unknown:
-            raise Invalid([(f, "field not declared in schema") for f in unknown])
+            raise Undecodable(unknown)
         if depth_over({k: v for k, v in out.items() if k != "metadata"}):
             raise Invalid([("<root>", f"object nested deeper than {MAX_BODY_DEPTH} levels")])
         out = dict(apply_defaults(self.schema, out))
         if not status:
             out.pop("status", None)  # status is not validated on writes to the object itself
-        causes = [_cause(err) for err in sorted(self._validator.iter_errors(out), key=lambda e: list(e.absolute_path))]
-        if not causes:
+        errors = sorted(self._validator.iter_errors(out), key=lambda e: list(e.absolute_path))
+        causes = [_cause(err) for err in errors]
+        if any(err.validator in _BLOCKING for err in errors):
+            if self._has_rules:
+                causes.append(("<nil>", CEL_SKIPPED))
+        else:
             _cel(self.schema, out, [], causes)
         if causes:
             raise Invalid(causes)

@@ -61,14 +61,19 @@ class ApiSemantics(ObjectStore):
             return obj
         try:
             return schema.admit(obj, status=status, strict=strict)
+        except admission.Undecodable as exc:
+            kind = self.info(res).kind
+            message = f'{kind} in version "{res.version}" cannot be handled as a {kind}: {exc}'
+            raise api_error(400, "BadRequest", message) from None
         except admission.Invalid as exc:
             info = self.info(res)
             name = (obj.get("metadata") or {}).get("name", "")
             shown = ", ".join(f"{f}: {m}" for f, m in exc.causes[:10])
             more = f" and {len(exc.causes) - 10} more" if len(exc.causes) > 10 else ""
-            causes = [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in exc.causes]
+            shown = f"[{shown}{more}]" if len(exc.causes) > 1 else shown
+            causes = [{"reason": admission.cause_reason(m), "message": m, "field": f} for f, m in exc.causes]
             details = {"name": name, "group": res.group, "kind": info.kind, "causes": causes}
-            message = f'{info.kind}.{res.group} "{name}" is invalid: {shown}{more}'
+            message = f'{info.kind}.{res.group} "{name}" is invalid: {shown}'
             raise api_error(422, "Invalid", message, details) from None
 
     def _has_status(self, res: Any) -> bool:

@@ -504,7 +504,8 @@ class MalformedReport:
 
 def malformed(tmp: Path, cases: Sequence[Any] | None = None, *, timeout: float = 60.0) -> MalformedReport:
     """Apply each corpus case through the API (as kubectl would, strict field validation): refused
-    with a 422 naming the field, or admitted and then marked Ready=False/InvalidSpec naming the
+    with a 422 naming the field (a 400 for an undeclared field, as kube-apiserver answers), or
+    admitted and then marked Ready=False/InvalidSpec naming the
     field, with an Event. The operator must keep serving a good resource throughout."""
     import urllib.error
 
@@ -533,7 +534,9 @@ def malformed(tmp: Path, cases: Sequence[Any] | None = None, *, timeout: float =
                     causes = " ".join(
                         f"{c.get('field')}: {c.get('message')}" for c in (body.get("details") or {}).get("causes") or []
                     )
-                    if exc.code == 422 and case.field in causes:
+                    # 400: strict decoding names the undeclared field in the message (no causes).
+                    said = causes if exc.code == 422 else str(body.get("message", "")) if exc.code == 400 else ""
+                    if case.field in said:
                         report.refused_at_door += 1
                     else:
                         report.problems.append(
