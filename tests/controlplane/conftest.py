@@ -4,7 +4,10 @@
 eight 8-GPU nodes) and the Kueue manager, installs the CRDs and the chart as a cluster admin would
 (`kubectl apply --server-side`, real `helm install`), and runs `gemop run` as a local process with the
 chart's ServiceAccount token, serving the namespaces below. It is started on first use and stopped
-at the end of the session, so every module that asks for it shares one start (about 30 s here).
+when the last test of this directory is done (package scope), so every module that asks for it
+shares one start (about 30 s here) and nothing keeps running during the rest of the suite. The tests
+that start their own control plane run first (`pytest_collection_modifyitems`), so that two never
+run at once on a small machine.
 
 A call the chart's RBAC forbids fails the suite: the session ends by reading the API server's audit
 log, and any 403 answered to the operator's account is an error naming each call.
@@ -17,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -130,7 +134,18 @@ def _skip_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Within this directory, the tests without the shared control plane first (see the docstring)."""
+    here = Path(__file__).parent
+    mine = [index for index, item in enumerate(items) if item.path.parent == here]
+    if not mine or mine != list(range(mine[0], mine[0] + len(mine))):
+        return
+    block = items[mine[0] : mine[-1] + 1]
+    block.sort(key=lambda item: "real_cluster" in getattr(item, "fixturenames", ()))  # stable
+    items[mine[0] : mine[-1] + 1] = block
+
+
+@pytest.fixture(scope="package")
 def real_cluster() -> Iterator[RealCluster]:
     reason = _skip_reason()
     if reason:

@@ -1,7 +1,8 @@
 """A real control plane (etcd, kube-apiserver, controller manager, scheduler, KWOK GPU nodes).
 
-Needs the binaries that scripts/control-plane/build.sh puts in the cache; without them the test is
-skipped and the reason names each missing binary. Checks what only real components do: the scheduler
+Runs on the session's control plane (conftest.py), which needs the binaries that
+scripts/control-plane/build.sh puts in the cache; without them the test is skipped and the reason
+names each missing binary. Checks what only real components do: the scheduler
 binds a GPU pod to a KWOK node, KWOK walks it through init containers to Ready, PodSecurity rejects a
 privileged pod, and the garbage collector removes the ReplicaSet and pods of a deleted Deployment.
 """
@@ -9,15 +10,17 @@ privileged pod, and the garbage collector removes the ReplicaSet and pods of a d
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gem_operator.fleet import GPU, make_fleet
-from gem_testbed.controlplane import CORE, INIT_MESSAGE_ANNOTATION, ControlPlane, missing_binaries
+from gem_operator.fleet import GPU
+from gem_testbed.controlplane import INIT_MESSAGE_ANNOTATION, ControlPlane
+
+from .conftest import RealCluster
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -38,16 +41,9 @@ def _eventually(what: str, probe: Callable[[], T | None], timeout: float = 180.0
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[ControlPlane, client.ApiClient]]:
-    missing = missing_binaries(CORE)
-    if missing:
-        pytest.skip("; ".join(str(error) for error in missing))
-    fleet = make_fleet(2, gpus_per_host=8, hosts_per_nvlink_domain=2)
-    with ControlPlane(fleet) as plane:
-        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
-        yield plane, api
-        api.close()
-    assert not plane.state_dir.exists(), "the state directory is removed on exit"
+def cluster(real_cluster: RealCluster) -> tuple[ControlPlane, client.ApiClient]:
+    """The session's control plane (conftest.py); this module works in its own namespace."""
+    return real_cluster.plane, real_cluster.api
 
 
 def _restricted_pod_spec(gpus: int) -> dict[str, Any]:

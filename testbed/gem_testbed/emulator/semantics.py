@@ -322,7 +322,9 @@ class ApiSemantics(ObjectStore):
                 await self._emit(res, "MODIFIED", stored)
                 return stored
             removed = await self._remove(key)
-            if not orphan:
+            if orphan:
+                await self._orphan_dependents(meta["uid"])
+            else:
                 await self._collect_garbage(meta["uid"])
                 if res == NAMESPACES:
                     await self._delete_namespace_contents(name)
@@ -337,6 +339,23 @@ class ApiSemantics(ObjectStore):
     def _orphaned(self, obj: Obj) -> bool:
         refs = owner_uids(obj)
         return bool(refs) and not any(uid in self._uids for uid in refs)
+
+    async def _orphan_dependents(self, uid: str) -> None:
+        """Orphan deletion, as the garbage collector does it: the dependents stay, without the owner
+        reference to the deleted object (each such change is a new version, with its watch event)."""
+        for key in list(self._dependents.get(uid, ())):
+            current = self._store.get(key[0], {}).get(key[1:])
+            if current is None or not owned_by(current.obj, uid):
+                continue
+            meta = current.obj["metadata"]
+            refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != uid]
+            kept = {**current.obj, "metadata": {**meta, "ownerReferences": refs}}
+            if not refs:
+                kept["metadata"].pop("ownerReferences")
+            self._bump(kept)
+            stored = self._put(key, kept)
+            assert stored is not None
+            await self._emit(key[0], "MODIFIED", stored)
 
     async def _collect_garbage(self, uid: str) -> None:
         """FIX: kmock has no garbage collector. Deleting an owner deletes (cascading) every
