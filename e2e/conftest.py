@@ -8,6 +8,11 @@
 * otherwise: the embedded cluster (``gem_testbed``) and the real kopf operator in a thread,
   reached over HTTP, exactly as the integration tests start them.
 
+In CI both run: ``pytest`` runs this suite on the embedded cluster, and
+``tests/controlplane/test_real_e2e.py`` runs it through the kube backend against a real control plane
+(kube-apiserver, controller manager, scheduler, KWOK nodes, Kueue) that its fixture starts, with the
+operator installed by the chart and running with the chart's ServiceAccount token.
+
 ``GEM_E2E_BACKEND=embedded`` forces the embedded cluster; ``GEM_E2E_NAMESPACE`` (default
 ``gem-e2e``, the suite's own) is where resources are applied (the chart must serve it:
 ``--set watch.namespaces={NS}``); the suite creates it when missing and then deletes it again;
