@@ -48,6 +48,7 @@ CLUSTER_RULES = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("kueue.x-k8s.io", "topologies"): {"get"},
     ("kueue.x-k8s.io", "resourceflavors"): {"get"},
+    ("kueue.x-k8s.io", "workloadpriorityclasses"): {"get"},
 }
 CLUSTERWIDE_EXTRA = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
 

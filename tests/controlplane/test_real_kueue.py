@@ -136,10 +136,10 @@ def test_kueue_admits_within_gpu_quota_and_holds_what_exceeds_it(queues: RealClu
     eventually("the Jobs' Workloads to go", lambda: not _workloads(custom))
 
 
-def _queued_gang() -> dict[str, Any]:
+def _queued_gang(name: str = "gang", **labels: str) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())
     doc = copy.deepcopy(doc)
-    doc["metadata"] = {"name": "gang", "namespace": NAMESPACE, "labels": {QUEUE_LABEL: "gpu"}}
+    doc["metadata"] = {"name": name, "namespace": NAMESPACE, "labels": {QUEUE_LABEL: "gpu", **labels}}
     doc["spec"]["workload"]["resources"] = copy.deepcopy(SMALL)
     return doc
 
@@ -192,6 +192,25 @@ def test_the_gang_waits_is_admitted_preempted_and_admitted_again(queues: RealClu
     assert queues.forbidden() == []
     queues.delete_gem_objects(NAMESPACE)
     eventually("the gang's Workload garbage-collected with it", lambda: _workload_of(custom, "gang") is None)
+
+
+def test_a_high_priority_gang_preempts_lower_priority_work(queues: RealCluster) -> None:
+    core, batch, custom = queues.core, client.BatchV1Api(queues.api), queues.custom
+    batch.create_namespaced_job(NAMESPACE, _job("low", gpus=8))
+    eventually("'low' admitted", lambda: _admitted(custom, "low"))
+    custom.create_namespaced_custom_object(*GEMTRAININGS, _queued_gang("vip", **{PRIORITY_LABEL: "high"}))
+    workload = eventually("the Workload of 'vip'", lambda: _workload_of(custom, "vip"))
+    # Kueue orders and preempts by spec.priority, which the operator takes from the class.
+    assert workload["spec"]["priority"] == 1000
+    assert workload["spec"]["priorityClassRef"] == {"group": GROUP, "kind": "WorkloadPriorityClass", "name": "high"}
+    evicted = eventually("'low' preempted for the gang", lambda: _evicted(_workload_of(custom, "low")), 180)
+    assert evicted["reason"] == "Preempted", evicted
+    eventually("'vip' admitted", lambda: _admitted(custom, "vip"), 180)
+    eventually("4 pods of 'vip' Ready", lambda: len(_ready_pods(core, "gem.dev/instance=vip")) == 4, 180)
+    assert queues.forbidden() == []
+    queues.delete_gem_objects(NAMESPACE)
+    _delete_job(batch, "low")
+    eventually("the Workloads to go", lambda: not _workloads(custom))
 
 
 def _pending(workload: dict[str, Any] | None) -> dict[str, Any] | None:

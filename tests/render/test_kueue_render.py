@@ -62,6 +62,9 @@ def test_the_priority_class_label_is_spelled_per_api_version() -> None:
     assert legacy["spec"]["priorityClassSource"] == "kueue.x-k8s.io/workloadpriorityclass"
     assert legacy["metadata"]["annotations"] == current["metadata"]["annotations"], "same gang, same hash"
     assert current["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "batch-high"
+    assert "priority" not in current["spec"], "no value known: Kueue's default priority"
+    valued = render_workload(owner, s, pod, "gpu", KUEUE_API_VERSION, 1000)
+    assert valued["spec"]["priority"] == 1000 and valued["spec"]["priorityClassRef"] == ref
 
 
 def test_queue_name_only_from_the_label() -> None:

@@ -23,6 +23,7 @@ from gem_operator.kube import KubeApi
 from gem_operator.render.common import ANNOTATION_SPEC_HASH, Owner
 from gem_operator.render.kueue import (
     KUEUE_API_VERSIONS,
+    PRIORITY_LABEL,
     QUEUE_LABEL,
     KueueDecision,
     decide,
@@ -35,6 +36,7 @@ from gem_operator.render.training import TrainingChildren, worker_pod
 
 WORKLOAD = "Workload"
 RESOURCE_FLAVOR = "ResourceFlavor"
+WORKLOAD_PRIORITY_CLASS = "WorkloadPriorityClass"
 
 
 class AdmissionPass(Protocol):
@@ -68,10 +70,27 @@ async def _read(kube: KubeApi, kind: str, name: str, namespace: str) -> dict[str
     return None
 
 
+async def _priority_value(tp: AdmissionPass) -> int | None:
+    """The value of the WorkloadPriorityClass the resource's priority label names (None: no label, or
+    no such class, which is reported as an Event: Kueue then queues the gang at the default priority)."""
+    name = dict(tp.owner.labels).get(PRIORITY_LABEL, "").strip()
+    if not name:
+        return None
+    found = await _read(tp.ctx.kube, WORKLOAD_PRIORITY_CLASS, name, "")
+    value = (found or {}).get("value")
+    if not isinstance(value, int):
+        message = f"no WorkloadPriorityClass {name!r}: queued at the default priority"
+        tp.event("Warning", "PriorityClassNotFound", message)
+        return None
+    return value
+
+
 async def _create(tp: AdmissionPass, queue: str) -> dict[str, Any] | None:
     """Creates the Workload in the newest served version; None when no version is served."""
+    priority = await _priority_value(tp)
     for api_version in KUEUE_API_VERSIONS:
-        desired = render_workload(tp.owner, tp.spec, worker_pod(tp.owner, tp.spec), queue, api_version)
+        pod = worker_pod(tp.owner, tp.spec)
+        desired = render_workload(tp.owner, tp.spec, pod, queue, api_version, priority)
         created = await tp.ctx.kube.create_if_served(desired)
         if created is not None:
             return created

@@ -38,12 +38,14 @@ log = logging.getLogger(__name__)
 
 for _info in KINDS:
     create_namespaced_resource(_info.group, _info.version, _info.kind, _info.plural)
-# Kueue's Workload, kept for a GEMTraining that names a queue, and the ResourceFlavors an admission
-# names, whose node labels bound the placement (controllers/kueue.py).
+# Kueue's Workload, kept for a GEMTraining that names a queue, the ResourceFlavors an admission
+# names, whose node labels bound the placement, and the WorkloadPriorityClass that gives the gang its
+# priority (controllers/kueue.py).
 # v1beta2 is Kueue's current API; v1beta1 where v2 is not served.
 for _kueue_version in ("v1beta2", "v1beta1"):
     create_namespaced_resource("kueue.x-k8s.io", _kueue_version, "Workload", "workloads")
     create_global_resource("kueue.x-k8s.io", _kueue_version, "ResourceFlavor", "resourceflavors")
+    create_global_resource("kueue.x-k8s.io", _kueue_version, "WorkloadPriorityClass", "workloadpriorityclasses")
 
 # Fields of a child we never patch: identity, server-managed metadata and status.
 _UNPATCHED_TOP = {"apiVersion", "kind", "status"}

@@ -84,12 +84,15 @@ def render_workload(
     pod: Mapping[str, Any],
     queue: str,
     api_version: str = KUEUE_API_VERSION,
+    priority_value: int | None = None,
 ) -> dict[str, Any]:
     """The Workload for the gang: one podSet of `num_nodes` pods shaped like `pod` (an unpinned worker).
 
     podSets are immutable in Kueue, so the annotation carries their hash: a new gang shape means a
     new Workload (the controller deletes and re-creates it, and the gang waits for a new admission).
-    The hash covers only the podSets, so it is the same in either API version.
+    The hash covers only the podSets, so it is the same in either API version. `priority_value` is
+    the named WorkloadPriorityClass's value: Kueue orders and preempts by `spec.priority`, which it
+    fills itself only for the job kinds it integrates, so an external framework sets it.
     """
     pod_sets = [{"name": POD_SET, "count": spec.num_nodes, "template": pod_set_template(pod)}]
     meta = metadata(owner, workload_name(owner), ROLE_WORKLOAD, "gem-training", {QUEUE_LABEL: queue})
@@ -106,6 +109,8 @@ def render_workload(
     }
     if priority:
         body["spec"].update(_priority_fields(priority, api_version))
+        if priority_value is not None:
+            body["spec"]["priority"] = priority_value
     return body
 
 
