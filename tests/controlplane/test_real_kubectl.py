@@ -1,6 +1,7 @@
 """What users do with kubectl, on the shared real control plane with the operator running.
 
-Server-side apply of the samples (and a server dry run of their overlays), `kubectl get gem` with the
+Server-side apply of the samples (and a server dry run of their overlays and of the kubectl install
+manifest), `kubectl get gem` with the
 CRDs' printer columns, `kubectl explain` from the published OpenAPI, `kubectl scale` through the
 scale subresource; garbage collection by the real controller manager (foreground and orphan
 deletion of the operator's children by their owner references).
@@ -71,6 +72,14 @@ def test_samples_apply_server_side_and_show_in_kubectl_get_gem(operated: RealClu
     # The overlays name their own namespace; a server dry run validates them without creating them.
     dry = operated.kubectl("apply", "--server-side", "--dry-run=server", *overlays)
     assert dry.stdout.count("serverside-applied (server dry run)") == len(overlays), dry.stdout
+    # The plain-kubectl install manifest too (the chart's release already owns those names: forced,
+    # and only a dry run, so nothing changes).
+    install = ROOT / "deploy" / "kubectl" / "gem-operator.yaml"
+    documents = [d for d in yaml.safe_load_all(install.read_text()) if d]
+    shipped = operated.kubectl(
+        "apply", "--server-side", "--dry-run=server", "--force-conflicts", f"--filename={install}"
+    ).stdout
+    assert shipped.count("(server dry run)") == len(documents), shipped
 
     eventually("the samples Running/Ready", lambda: (
         _phase(operated, "GEMTraining", "gem-pretrain") == "Running"
