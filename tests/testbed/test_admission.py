@@ -77,6 +77,13 @@ def test_malformed_resources_are_refused_at_the_door_with_the_field(gem_api: Api
     assert len(body["message"]) < 4000
 
 
+def test_discovery_lists_the_group_by_resource_name_as_kube_apiserver(gem_api: Api) -> None:
+    status, body = gem_api("GET", "/apis/gem.dev/v1alpha1")
+    assert status == 200
+    top = [r["name"] for r in body["resources"] if "/" not in r["name"]]
+    assert top == ["gemtrainings", "rankingservices", "solarisprecomputes"]  # kubectl get gem's order
+
+
 def test_unknown_fields_are_pruned_unless_strict(gem_api: Api) -> None:
     doc = sample("RankingService")
     doc = {

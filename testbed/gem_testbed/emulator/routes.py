@@ -251,6 +251,10 @@ class Emulator(ApiSemantics):
         for entry in payload.get("resources") or []:
             if "/" in entry.get("name", ""):
                 entry.update(shortNames=[], categories=[], verbs=["get", "patch", "update"])
+        # As kube-apiserver lists a group served by CRDs: by resource name, which is the order
+        # `kubectl get <category>` prints them in (kmock keeps registration order, reversed).
+        if request.resource is not None and any(res.group == request.resource.group for res in self._specs):
+            payload["resources"] = sorted(payload.get("resources") or [], key=lambda e: str(e.get("name", "")))
         return payload
 
 
