@@ -3,7 +3,7 @@
 One control plane for the module (skipped, naming the binary, when one is missing): CRDs applied
 server-side, `helm install` of charts/gem-operator, `gemop run` as a local process with a token from
 the TokenRequest API. A GEMTraining's gang is created, ungated, bound by the real scheduler and
-walked to Ready by KWOK; a RankingService's Deployment runs and its status reports the loader's time;
+walked to Ready by KWOK, and restarted when KWOK fails one of its pods; a RankingService's Deployment runs and its status reports the loader's time;
 the operator got no 403 for any of it, and a call outside the chart's RBAC is found as one.
 """
 
@@ -21,6 +21,7 @@ from kubernetes.client.rest import ApiException
 from gem_operator.fleet import make_fleet
 from gem_testbed.controlplane import CORE, ControlPlane, missing_binaries
 from gem_testbed.controlplane.binaries import HELM
+from gem_testbed.controlplane.kwok import FAIL_ANNOTATION
 from gem_testbed.controlplane.operator import (
     OperatorInstall,
     OperatorProcess,
@@ -95,6 +96,7 @@ def test_a_gang_runs_on_kwok_nodes_with_the_charts_rbac(rig: Rig) -> None:
             "parallelism": {"pp": 2, "dpReplicate": 1, "dpShard": 1, "cp": 1, "tp": 8, "ep": 1},
             "gpusPerNode": 8,
             "checkpoint": {"uri": "s3://ckpt/small"},
+            "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0},
         },
     }
     _create(rig, "gemtrainings", training)
@@ -108,6 +110,16 @@ def test_a_gang_runs_on_kwok_nodes_with_the_charts_rbac(rig: Rig) -> None:
     assert {p.spec.node_name for p in pods} <= nodes
     assert len({p.spec.node_name for p in pods}) == 2, "one 8-GPU pod per node"
     assert all(not p.spec.scheduling_gates for p in pods), "the operator ungated them"
+
+    # Failure injection: KWOK fails the annotated pod, and the operator restarts the gang.
+    failed = pods[0].metadata.name
+    rig.core.patch_namespaced_pod(failed, NAMESPACE, {"metadata": {"annotations": {FAIL_ANNOTATION: "137"}}})
+
+    def restarts() -> int:
+        body = rig.custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "gemtrainings", "small")
+        return int((body.get("status") or {}).get("restarts") or 0)
+
+    assert _eventually("a gang restart after the injected failure", restarts) == 1
 
     service = {
         "apiVersion": f"{GROUP}/{VERSION}",
