@@ -2,9 +2,10 @@
 
 One control plane for the module (skipped, naming the binary, when one is missing): CRDs applied
 server-side, `helm install` of charts/gem-operator, `gemop run` as a local process with a token from
-the TokenRequest API. A GEMTraining's gang is created, ungated, bound by the real scheduler and
-walked to Ready by KWOK, and restarted when KWOK fails one of its pods; a RankingService's Deployment runs and its status reports the loader's time;
-the operator got no 403 for any of it, and a call outside the chart's RBAC is found as one.
+the TokenRequest API. A GEMTraining's gang is created, ungated, bound by the real scheduler, walked
+to Ready by KWOK and restarted when KWOK fails one of its pods; a RankingService's Deployment runs
+and its status reports the loader's time; the operator got no 403 for any of it, and a call outside
+the chart's RBAC is found as one.
 """
 
 from __future__ import annotations
