@@ -138,8 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="what-if: place a GEMTraining on a nodes file (or a sim fleet)")
     plan.add_argument("job", help="GEMTraining manifest (YAML)")
-    plan.add_argument("--nodes", help="Nodes as `kubectl get nodes -o yaml` writes them")
-    plan.add_argument("--pods", help="Pods already bound (`kubectl get pods -A -o yaml`), to count used GPUs")
+    plan.add_argument(
+        "--nodes", help="Nodes (and bound Pods) as `kubectl get nodes,pods -A -o json` (or -o yaml) writes them"
+    )
+    plan.add_argument("--pods", help="more bound Pods (`kubectl get pods -A -o json`), to count used GPUs")
     plan.add_argument("--fleet", default="large", help="simulated fleet when --nodes is not given")
     plan.add_argument("--exclude", help="comma-separated nodes to avoid")
     plan.add_argument("--output", choices=("table", "json"), default="table")
