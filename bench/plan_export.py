@@ -62,8 +62,8 @@ def _node(source: dict[str, Any], index: int) -> dict[str, Any]:
         "images": [{"names": [image], "sizeBytes": 1_000_000 * (i + 1)} for i, image in enumerate(IMAGES)],
         "nodeInfo": node_info,
     }
-    managed = {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": now, "fieldsType": "FieldsV1"}
-    managed["fieldsV1"] = {"f:status": {"f:conditions": {}, "f:images": {}}}
+    managed: dict[str, Any] = {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": now}
+    managed.update(fieldsType="FieldsV1", fieldsV1={"f:status": {"f:conditions": {}, "f:images": {}}})
     metadata = {
         **source["metadata"],
         "uid": f"{index:08x}-0000-0000-0000-000000000000",
