@@ -213,27 +213,49 @@ def embedded_calls_per_pod(hosts: int) -> float:
         return (seen[0] - before) / PODS
 
 
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a live process (0 when gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_by_component(plane: ControlPlane, operator: OperatorProcess) -> dict[str, float]:
+    pids = {process.name: process.pid for process in plane.processes}
+    pids["operator"] = operator.pid
+    return {name: _cpu_seconds(pid) for name, pid in pids.items()}
+
+
 def real_run(hosts: int, repeat: int) -> list[tuple[float, float, float, int]]:
     """Real control plane: (created s, ungated s, calls per pod, 403s) per run, each on a fresh cluster."""
     fleet = make_fleet(hosts, 8, hosts_per_nvlink_domain=8, hosts_per_rack=16, racks_per_block=8)
-    runs = []
-    for _ in range(repeat):
-        started = time.monotonic()
-        keep = os.environ.get("GEM_BENCH_KEEP_STATE") == "1"  # to read the logs and audit log afterwards
-        with ControlPlane(fleet, timeouts=Timeouts(nodes=600.0), keep_state=keep) as plane:
-            install = install_operator(plane, watched=("default",))
-            with OperatorProcess(plane, install) as operator:
-                print(f"  (control plane, chart and operator up in {time.monotonic() - started:.0f} s)", flush=True)
-                try:
-                    created, ungated, wall = timed_gang(plane.kubeconfig)
-                except RuntimeError:
-                    print("".join(operator.log_path.read_text().splitlines(keepends=True)[-40:]), file=sys.stderr)
-                    raise
-                operator.stop()  # ends its watches, so the audit log holds every request it made
-            end = wall + ungated
-            calls = sum(1 for e in events(plane.audit_log, install.username) if wall <= _received(e) <= end)
-            runs.append((created, ungated, calls / PODS, len(forbidden_requests(plane, install.username))))
-    return runs
+    return [_real_once(fleet) for _ in range(repeat)]
+
+
+def _real_once(fleet: list[Any]) -> tuple[float, float, float, int]:
+    started = time.monotonic()
+    keep = os.environ.get("GEM_BENCH_KEEP_STATE") == "1"  # to read the logs and audit log afterwards
+    with ControlPlane(fleet, timeouts=Timeouts(nodes=600.0), keep_state=keep) as plane:
+        install = install_operator(plane, watched=("default",))
+        with OperatorProcess(plane, install) as operator:
+            print(f"  (control plane, chart and operator up in {time.monotonic() - started:.0f} s)", flush=True)
+            before = _cpu_by_component(plane, operator)
+            after: list[dict[str, float]] = []
+            try:
+                created, ungated, wall = timed_gang(
+                    plane.kubeconfig, during=lambda: after.append(_cpu_by_component(plane, operator))
+                )
+            except RuntimeError:
+                print("".join(operator.log_path.read_text().splitlines(keepends=True)[-40:]), file=sys.stderr)
+                raise
+            operator.stop()  # ends its watches, so the audit log holds every request it made
+        used = ", ".join(f"{name} {after[0][name] - cpu:.1f}" for name, cpu in before.items())
+        print(f"  CPU seconds from apply to the gang ungated ({ungated:.1f} s, {os.cpu_count()} CPUs): {used}")
+        end = wall + ungated
+        calls = sum(1 for e in events(plane.audit_log, install.username) if wall <= _received(e) <= end)
+        return created, ungated, calls / PODS, len(forbidden_requests(plane, install.username))
 
 
 def _received(event: dict[str, Any]) -> float:
