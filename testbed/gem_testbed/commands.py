@@ -41,10 +41,21 @@ def add_sim(sub: SubParsers) -> None:
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     up = sim_sub.add_parser("up", help="serve the embedded cluster until interrupted")
     up.add_argument("--fleet", default="demo", help="fleet name (demo, large) or a YAML file of Nodes")
+    up.add_argument(
+        "--control-plane",
+        choices=("embedded", "real"),
+        default="embedded",
+        help="embedded: the API emulator in this process; real: etcd, kube-apiserver, controller manager, "
+        "scheduler and KWOK nodes from the binaries scripts/control-plane/build.sh builds",
+    )
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=0, help="port (0 picks a free one)")
     up.add_argument("--kubeconfig", type=Path, default=Path("gem-sim.kubeconfig"), help="where to write it")
-    up.add_argument("--operator", action="store_true", help="also run the operator in this process")
+    up.add_argument(
+        "--operator",
+        action="store_true",
+        help="also run the operator (real: CRDs, helm install of the chart, the operator with its ServiceAccount)",
+    )
     up.add_argument(
         "--token-file", type=Path, help="require the bearer token in this file on every request (401 otherwise)"
     )
@@ -105,6 +116,8 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     if problem:
         print(f"gemop sim up: {problem}", file=sys.stderr)
         return 2
+    if args.control_plane == "real":
+        return _sim_up_real(args, fleet)
     run_pods = None
     if args.run_pods or args.origin:
         from gem_testbed.kubelets.processes import ProcessConfig
@@ -158,6 +171,40 @@ def _cmd_sim_up(args: argparse.Namespace) -> int:
     finally:
         embedded.__exit__(None, None, None)
     return 0
+
+
+def _sim_up_real(args: argparse.Namespace, fleet: list[Any]) -> int:
+    import signal
+    import threading
+
+    from gem_testbed.controlplane.serve import serve
+
+    unsupported = [
+        flag
+        for flag, used in (
+            ("--token-file", args.token_file),
+            ("--run-pods", args.run_pods or args.origin),
+            ("--host", args.host != "127.0.0.1"),
+        )
+        if used
+    ]
+    if unsupported:
+        print(
+            f"gemop sim up: {', '.join(unsupported)} go with the embedded control plane; "
+            "--control-plane real serves on 127.0.0.1 with client certificates and KWOK pods",
+            file=sys.stderr,
+        )
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def say(line: str) -> None:
+        # Problems (one line each) go to stderr, named after the command, like the flag checks above.
+        problem = line.startswith(("error:", "forbidden:"))
+        print(f"gemop sim up: {line}" if problem else line, file=sys.stderr if problem else sys.stdout, flush=True)
+
+    return serve(fleet, kubeconfig=args.kubeconfig, stop=stop, port=args.port or None, operator=args.operator, say=say)
 
 
 __all__ = ["add_demo", "add_loadtest", "add_sim"]

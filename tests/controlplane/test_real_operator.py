@@ -2,14 +2,19 @@
 
 One control plane for the module (skipped, naming the binary, when one is missing): CRDs applied
 server-side, `helm install` of charts/gem-operator, `gemop run` as a local process with a token from
-the TokenRequest API. A GEMTraining's gang is created, ungated, bound by the real scheduler and
-walked to Ready by KWOK; a RankingService's Deployment runs and its status reports the loader's time;
-the operator got no 403 for any of it, and a call outside the chart's RBAC is found as one.
+the TokenRequest API. A GEMTraining's gang is created, ungated, bound by the real scheduler, walked
+to Ready by KWOK and restarted when KWOK fails one of its pods; a RankingService's Deployment runs
+and its status reports the loader's time; `gemop plan` reads `kubectl get nodes,pods -A -o json` of
+it; the operator got no 403 for any of it, and a call outside the chart's RBAC is found as one.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import pathlib
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -18,9 +23,10 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gem_operator.fleet import make_fleet
+from gem_operator.fleet import GPU, make_fleet
 from gem_testbed.controlplane import CORE, ControlPlane, missing_binaries
 from gem_testbed.controlplane.binaries import HELM
+from gem_testbed.controlplane.kwok import FAIL_ANNOTATION
 from gem_testbed.controlplane.operator import (
     OperatorInstall,
     OperatorProcess,
@@ -95,6 +101,7 @@ def test_a_gang_runs_on_kwok_nodes_with_the_charts_rbac(rig: Rig) -> None:
             "parallelism": {"pp": 2, "dpReplicate": 1, "dpShard": 1, "cp": 1, "tp": 8, "ep": 1},
             "gpusPerNode": 8,
             "checkpoint": {"uri": "s3://ckpt/small"},
+            "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0},
         },
     }
     _create(rig, "gemtrainings", training)
@@ -108,6 +115,16 @@ def test_a_gang_runs_on_kwok_nodes_with_the_charts_rbac(rig: Rig) -> None:
     assert {p.spec.node_name for p in pods} <= nodes
     assert len({p.spec.node_name for p in pods}) == 2, "one 8-GPU pod per node"
     assert all(not p.spec.scheduling_gates for p in pods), "the operator ungated them"
+
+    # Failure injection: KWOK fails the annotated pod, and the operator restarts the gang.
+    failed = pods[0].metadata.name
+    rig.core.patch_namespaced_pod(failed, NAMESPACE, {"metadata": {"annotations": {FAIL_ANNOTATION: "137"}}})
+
+    def restarts() -> int:
+        body = rig.custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "gemtrainings", "small")
+        return int((body.get("status") or {}).get("restarts") or 0)
+
+    assert _eventually("a gang restart after the injected failure", restarts) == 1
 
     service = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -133,6 +150,41 @@ def test_a_gang_runs_on_kwok_nodes_with_the_charts_rbac(rig: Rig) -> None:
     assert forbidden_requests(rig.plane, rig.install.username) == []
     assert rig.operator.forbidden_log_lines() == []
     assert request_count(rig.plane, rig.install.username) > 0, "the audit log records the operator's calls"
+
+
+def test_plan_reads_this_clusters_export(rig: Rig, tmp_path: pathlib.Path) -> None:
+    def gang_ready() -> bool:
+        pods = rig.core.list_namespaced_pod(NAMESPACE, label_selector="gem.dev/instance=small").items
+        return len(pods) == 2 and all(_ready(p) for p in pods)
+
+    _eventually("the restarted gang Ready", gang_ready)
+    export = tmp_path / "cluster.json"
+    kubectl = ["kubectl", f"--kubeconfig={rig.plane.kubeconfig}", "get", "nodes,pods", "-A", "-o", "json"]
+    export.write_text(subprocess.run(kubectl, capture_output=True, text=True, check=True, timeout=60).stdout)
+    items = json.loads(export.read_text())["items"]
+    busy = {p["spec"].get("nodeName") for p in items if p["kind"] == "Pod" and _requests_gpus(p)}
+    free = sorted(n["metadata"]["name"] for n in items if n["kind"] == "Node" and n["metadata"]["name"] not in busy)
+    assert len(free) == 1, "the gang fills two nodes and the ranker takes a GPU of a third"
+
+    def plan(hosts: int) -> subprocess.CompletedProcess[str]:
+        job = tmp_path / "job.yaml"
+        spec = {"parallelism": {"pp": hosts, "tp": 8}, "checkpoint": {"uri": "s3://c/one"}}
+        job.write_text(json.dumps({"kind": "GEMTraining", "spec": spec}))
+        argv = ["plan", str(job), "--nodes", str(export), "--output", "json"]
+        return subprocess.run([sys.executable, "-m", "gem_operator.cli", *argv], capture_output=True, text=True)
+
+    one = plan(1)
+    assert one.returncode == 0, one.stderr
+    assert "4 nodes, " in one.stderr, "the export's pods are read with its nodes"
+    assert json.loads(one.stdout)["nodes"] == free, "GPUs of the bound pods count as used"
+    assert plan(2).returncode == 1, "two free hosts are not there"
+
+
+def _requests_gpus(pod: dict[str, Any]) -> bool:
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    containers = pod["spec"].get("containers") or []
+    return any(GPU in ((c.get("resources") or {}).get("limits") or {}) for c in containers)
 
 
 def test_a_call_outside_the_charts_rbac_is_reported(rig: Rig) -> None:

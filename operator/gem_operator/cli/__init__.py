@@ -80,11 +80,18 @@ TESTBED_COMMANDS = {
 }
 
 
-def _add_extra_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Subcommands other distributions declare; a placeholder for each testbed one not installed."""
+def _add_extra_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser], load: bool = True) -> None:
+    """Subcommands other distributions declare; a placeholder for each testbed one not installed.
+
+    With `load=False` every one is a placeholder: a built-in command (`gemop plan`) then does not
+    import the testbed, which costs seconds before the command itself starts.
+    """
     from gem_operator import plugins
 
     for name in [*TESTBED_COMMANDS, *sorted(plugins.declared(plugins.COMMANDS).keys() - TESTBED_COMMANDS.keys())]:
+        if not load:
+            sub.add_parser(name, help=TESTBED_COMMANDS.get(name, "added by an installed distribution"), add_help=False)
+            continue
         add, missing = plugins.load(plugins.COMMANDS, name)
         if add is not None:
             add(sub)
@@ -98,7 +105,11 @@ def _missing(why: str | None) -> int:
     return 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands of this package: parsing their arguments needs no other distribution's subcommands.
+BUILTIN_COMMANDS = frozenset({"run", "crds", "validate", "plan", "version"})
+
+
+def build_parser(load_extras: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gemop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -138,8 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="what-if: place a GEMTraining on a nodes file (or a sim fleet)")
     plan.add_argument("job", help="GEMTraining manifest (YAML)")
-    plan.add_argument("--nodes", help="Nodes as `kubectl get nodes -o yaml` writes them")
-    plan.add_argument("--pods", help="Pods already bound (`kubectl get pods -A -o yaml`), to count used GPUs")
+    plan.add_argument(
+        "--nodes", help="Nodes (and bound Pods) as `kubectl get nodes,pods -A -o json` (or -o yaml) writes them"
+    )
+    plan.add_argument("--pods", help="more bound Pods (`kubectl get pods -A -o json`), to count used GPUs")
     plan.add_argument("--fleet", default="large", help="simulated fleet when --nodes is not given")
     plan.add_argument("--exclude", help="comma-separated nodes to avoid")
     plan.add_argument("--output", choices=("table", "json"), default="table")
@@ -151,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
 
-    _add_extra_commands(sub)
+    _add_extra_commands(sub, load_extras)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _a: print(f"gemop {__version__}") or 0)
@@ -173,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if add is None:
             print(f"gemop {argv[0]}: {missing}", file=sys.stderr)
             return 2
-    args = build_parser().parse_args(argv)
+    args = build_parser(load_extras=not argv or argv[0] not in BUILTIN_COMMANDS).parse_args(argv)
     return int(args.func(args))
 
 

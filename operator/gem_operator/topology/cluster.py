@@ -11,6 +11,7 @@ that has not terminated (phase neither Succeeded nor Failed).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -181,25 +182,13 @@ def cluster_view_from_objects(nodes: Any, pods: Any = ()) -> ClusterView:
     or Failed. Nodes are sorted by name so that the view, and every plan, is deterministic.
     """
     used = gpus_bound(_items(pods))
-    hosts = [host_from_node(n) for n in _items(nodes)]
-    seen: set[str] = set()
-    out: list[HostView] = []
-    for h in sorted(hosts, key=lambda h: h.name):
-        if h.name in seen:
-            raise ValueError(f"node {h.name!r} appears twice in the node list")
-        seen.add(h.name)
-        out.append(
-            HostView(
-                name=h.name,
-                labels=h.labels,
-                allocatable_gpus=h.allocatable_gpus,
-                used_gpus=used.get(h.name, 0),
-                ready=h.ready,
-                unschedulable=h.unschedulable,
-                taints=h.taints,
-            )
-        )
-    return ClusterView(hosts=tuple(out))
+    # One HostView per node, built with its used GPUs (10,000-node exports: this is on the clock).
+    hosts = [host_from_node(n, used.get(str((n.get("metadata") or {}).get("name") or ""), 0)) for n in _items(nodes)]
+    hosts.sort(key=lambda h: h.name)
+    for before, after in itertools.pairwise(hosts):
+        if before.name == after.name:
+            raise ValueError(f"node {after.name!r} appears twice in the node list")
+    return ClusterView(hosts=tuple(hosts))
 
 
 def _expression_holds(labels: Mapping[str, str], expr: Mapping[str, Any]) -> bool:

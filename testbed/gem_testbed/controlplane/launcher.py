@@ -336,20 +336,29 @@ class ControlPlane:
         client = self.admin_client()
         names = {str(node["metadata"]["name"]) for node in self.fleet}
         wait_until(
-            f"{len(names)} KWOK nodes Ready",
+            f"{len(names)} KWOK nodes Ready and untainted",
             lambda: names <= _ready_nodes(client),
             self.timeouts.nodes,
             [process],
         )
 
 
+# Taints the node lifecycle controller puts on a node until it sees it Ready; it takes them off
+# one node at a time, which for hundreds of new nodes lasts seconds after KWOK reports them Ready.
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def _ready_nodes(client: ApiClient) -> set[str]:
+    """Nodes that are Ready and schedulable (no lifecycle taint left), as a planner will see them."""
     status, body = client.request("GET", "/api/v1/nodes")
     if status != 200 or not isinstance(body, dict):
         return set()
     ready: set[str] = set()
     for node in body.get("items", []):
         conditions = node.get("status", {}).get("conditions") or []
+        taints = {t.get("key") for t in node.get("spec", {}).get("taints") or []}
+        if taints & LIFECYCLE_TAINTS:
+            continue
         if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
             ready.add(node["metadata"]["name"])
     return ready
