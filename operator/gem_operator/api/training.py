@@ -7,11 +7,11 @@ parallelism is folded into dp_shard x cp (ep must divide it), so it adds no dime
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from gem_operator.api.common import URI_MAX, ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.common import ARG_MAX, URI_MAX, ApiModel, Condition, SecretRef, Workload
 from gem_operator.api.mesh import MAX_WORLD_SIZE, MESH_DIMS, Mesh
 from gem_operator.api.pod_template import check_main_container
 
@@ -225,6 +225,29 @@ class TrainingJob(ApiModel):
     data: Literal["synthetic", "movielens"] = Field(default="synthetic", description="Dataset.")
     steps: int = Field(default=1000, ge=1, le=100_000_000, description="Training steps.")
 
+    command: list[Annotated[str, Field(min_length=1, max_length=ARG_MAX)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description=(
+            "Your own trainer instead of the built-in one, e.g. [python, /app/train.py]: run by the same torchrun "
+            "launch (torchrun --no-python COMMAND ARGS) with the same env (ranks, mesh shape and coordinates, "
+            "rank map, checkpoint and export URIs); needs workload.image. preset, data and steps are then unused."
+        ),
+    )
+    args: list[Annotated[str, Field(max_length=ARG_MAX)]] = Field(
+        default_factory=list, max_length=64, description="Arguments of command (then workload.args)."
+    )
+
+
+OWN_TRAINER_RULE = (
+    "!has(self.training) || !has(self.training.command) || has(self.workload) && has(self.workload.image)"
+)
+OWN_TRAINER_MESSAGE = (
+    "training.command runs your own trainer: set workload.image to the image that holds it (the default image "
+    "has only the built-in trainer)"
+)
+
 
 class GEMTrainingSpec(ApiModel):
     """Desired state of a GEMTraining."""
@@ -251,7 +274,11 @@ class GEMTrainingSpec(ApiModel):
                 {
                     "rule": "self.parallelism.tp <= self.gpusPerNode",
                     "message": "parallelism.tp must be <= gpusPerNode: a tensor-parallel group never leaves a host",
-                }
+                },
+                {
+                    "rule": OWN_TRAINER_RULE,
+                    "message": OWN_TRAINER_MESSAGE,
+                },
             ]
         }
     )
@@ -284,6 +311,8 @@ class GEMTrainingSpec(ApiModel):
             raise ValueError(problems[0])
         world = self.parallelism.product
         check_main_container(self.workload.pod_template, "trainer")
+        if self.training.command is not None and self.workload.image is None:
+            raise ValueError(OWN_TRAINER_MESSAGE)
         if self.embedding_sharding_group is not None and world % self.embedding_sharding_group != 0:
             raise ValueError(
                 f"embeddingShardingGroup ({self.embedding_sharding_group}) must divide the world size "

@@ -99,6 +99,7 @@ def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[s
         "ep": spec.parallelism.ep,
         "embeddingShardingGroup": embedding_group,
         "failurePolicy": spec.failure_policy.to_wire(),
+        "trainer": "builtin" if spec.training.command is None else "command",
     }
 
 
@@ -143,6 +144,31 @@ def _env(
     return env
 
 
+def trainer_args(spec: GEMTrainingSpec) -> list[str]:
+    """torchrun's arguments: the built-in trainer, or the user's command under the same launch.
+
+    ``--no-python`` makes torchrun exec the command as given (a script with its interpreter, a binary),
+    with the same per-process env (RANK, LOCAL_RANK, WORLD_SIZE) on top of the pod's.
+    """
+    job = spec.training
+    if job.command is not None:
+        return ["--no-python", *job.command, *job.args]
+    return [
+        "-m",
+        "gem_workloads.training",
+        "--preset",
+        job.preset,
+        "--data",
+        job.data,
+        "--steps",
+        str(job.steps),
+        "--checkpoint-dir",
+        spec.checkpoint.uri,
+        "--checkpoint-every",
+        str(spec.checkpoint.interval_steps),
+    ]
+
+
 def _host_label(spec: GEMTrainingSpec) -> str:
     """The node label that pins a pod to its host: the spec's first tier, else the hostname label."""
     tiers = spec.topology.tiers
@@ -161,21 +187,7 @@ def _pod(
 ) -> dict[str, Any]:
     name = child_name(owner, ROLE_WORKER, node_rank)
     wl = spec.workload
-    args = [
-        "-m",
-        "gem_workloads.training",
-        "--preset",
-        spec.training.preset,
-        "--data",
-        spec.training.data,
-        "--steps",
-        str(spec.training.steps),
-        "--checkpoint-dir",
-        spec.checkpoint.uri,
-        "--checkpoint-every",
-        str(spec.checkpoint.interval_steps),
-        *wl.args,
-    ]
+    args = [*trainer_args(spec), *wl.args]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "hostname": name,
