@@ -44,6 +44,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true", help="FSDP2 mixed precision: bf16 params, fp32 reduce")
     p.add_argument("--comp-skip", choices=["on", "off"], help="override the preset's CompSkip")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default GEM_METRICS_PORT or 9400; 0 = off)")
+    p.add_argument(
+        "--export",
+        metavar="URI",
+        help="export versioned model directories to URI/v<N>/ (path, file://, s3://, gs://) at the end and every "
+        "--export-every steps, each scored on a time-ordered holdout (default: GEM_EXPORT_URI, config file)",
+    )
+    p.add_argument("--export-every", type=int, help="steps between exports (default: config, else 0 = at the end)")
+    p.add_argument("--holdout-examples", type=int, default=20_000, help="holdout examples every export is scored on")
     return p
 
 
@@ -74,7 +82,18 @@ def build_args(ns: argparse.Namespace, env: TrainingEnv) -> Any:
         bf16=ns.bf16,
         comp_skip=None if ns.comp_skip is None else ns.comp_skip == "on",
         metrics_port=ns.metrics_port if ns.metrics_port is not None else env.metrics_port,
+        **export_args(ns, cfg),
     )
+
+
+def export_args(ns: argparse.Namespace, cfg: Any) -> dict[str, Any]:
+    """--export, --export-every, --holdout-examples: flags first, then GEM_EXPORT_URI, then config.json's export."""
+    export_cfg = cfg.get("export") if isinstance(cfg.get("export"), dict) else {}
+    uri = ns.export or os.environ.get("GEM_EXPORT_URI") or export_cfg.get("uri") or None
+    every = ns.export_every if ns.export_every is not None else int(export_cfg.get("intervalSteps", 0) or 0)
+    if every < 0:
+        raise SystemExit("--export-every must be >= 0")
+    return {"export_uri": uri, "export_every": every, "holdout_examples": ns.holdout_examples}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,7 +33,6 @@ Parallelism as implemented here (``--model kunlun``; modules in parentheses):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -41,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -60,6 +59,8 @@ from .env import TrainingEnv, require_supported_mesh
 from .metrics import AUCWindow, PrometheusMetrics, peak_flops
 from .parallel import apply_fsdp, build_parallel, check_mesh_fits
 from .pipeline import prune_to_stage, split_layers
+from .publishing import Publishing, make_exporter
+from .reporting import exit_without_teardown, report_checkpoint
 
 log = logging.getLogger("gem_workloads.training")
 
@@ -82,6 +83,9 @@ class TrainArgs:
     comp_skip: bool | None = None
     resume_from: str | None = None
     metrics_port: int = 9400
+    export_uri: str | None = None  # versioned model exports (publishing.py)
+    export_every: int = 0  # steps between exports; 0: at the end only
+    holdout_examples: int = 20_000
 
 
 def masked_bce(logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
@@ -248,7 +252,7 @@ def _comm_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-class Trainer:
+class Trainer(Publishing):
     def __init__(
         self,
         args: TrainArgs,
@@ -320,6 +324,7 @@ class Trainer:
         self.peak = peak_flops(self.device, torch.bfloat16 if args.bf16 else torch.float32)
         self.flops_per_step: float | None = None
         self.step = 0
+        self.exporter = make_exporter(args, env, rank, self.config, self.schema, self.checkpoints)
 
     # -- checkpoint state ------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -467,11 +472,16 @@ class Trainer:
                 if self.prom:
                     self.prom.update(record)
                 losses, window_examples, window_start = [], 0, time.perf_counter()
-            if self.checkpoints is not None and every > 0 and step % every == 0:
+            saved = self.checkpoints is not None and every > 0 and step % every == 0
+            if saved:
                 self.save()
-        if self.checkpoints is not None and (every <= 0 or self.step % every != 0) and self.step > 0:
+            if args.export_every > 0 and step % args.export_every == 0 and step < args.steps:
+                self.export_version(saved)
+        final = self.checkpoints is not None and (every <= 0 or self.step % every != 0) and self.step > 0
+        if final:
             self.save()
-        self._emit({"event": "done", "step": self.step, "param_checksum": param_checksum(self.dmp)})
+        done = {"event": "done", "step": self.step, "param_checksum": param_checksum(self.dmp)}
+        self._emit({**done, **self.final_export()})
         return records
 
     def _log_record(self, step: int, losses: list[Tensor], examples: int, seconds: float) -> dict[str, Any]:
@@ -532,41 +542,8 @@ def run_worker(args: TrainArgs, env: TrainingEnv, local_rank: int) -> None:
     finally:
         trainer.close()
         if local_rank == 0 and trainer.checkpoints is not None:
-            report_checkpoint(trainer.checkpoints.latest_name())
-
-
-def report_checkpoint(latest: str | Path | None, path: str | None = None) -> bool:
-    """Tell the operator the newest checkpoint through the container's termination message.
-
-    docs/contracts.md: JSON {"checkpoint": "step-000400"} in /dev/termination-log (or
-    $GEM_TERMINATION_LOG). Best effort: outside a pod the file is absent and nothing is written.
-    """
-    target = Path(path or os.environ.get("GEM_TERMINATION_LOG", "/dev/termination-log"))
-    if latest is None or not target.parent.is_dir():
-        return False
-    try:
-        target.write_text(json.dumps({"checkpoint": Path(latest).name}))
-    except OSError:
-        return False
-    return True
-
-
-def exit_without_teardown(code: int) -> NoReturn:
-    """End a process that trained: flush what it printed, then exit without interpreter finalization.
-
-    Why: torch's C++ threads (gloo's workers) can still be dropping their last references to
-    tensors while the interpreter finalizes. Python <= 3.13 ends a thread that asks for the GIL
-    then with pthread_exit, whose unwinding through a C++ destructor aborts the process
-    ("terminate called without an active exception", SIGABRT): a run that finished and saved its
-    checkpoint would be reported failed and restarted. Everything durable is done by this point
-    (checkpoints complete in their store, the termination message written, the process group
-    destroyed), so nothing is lost by skipping finalization.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to save
-            stream.flush()
-    logging.shutdown()
-    os._exit(code)
+            exported = trainer.exporter.exported if trainer.exporter else []
+            report_checkpoint(trainer.checkpoints.latest_name(), exported=exported)
 
 
 def spawned_worker(local_rank: int, args: TrainArgs, env: TrainingEnv) -> None:

@@ -1,0 +1,141 @@
+"""The evaluation holdout of an export: examples the training never sees, later in time than what it sees.
+
+Why time-ordered: a ranker is always scored on traffic that comes after its training data, so a
+random split overstates its AUC (a user's future ratings leak into training). For MovieLens the
+holdout is each user's last ratings in time (the dataset's test split, never sampled by
+training); for the synthetic universe, which has no clock, it is a stream of batches drawn with a
+seed the training never uses. The holdout is fixed for a run (same data, seed and size), so every
+exported version is scored on the same examples and their AUCs compare.
+
+`evaluate` scores the unsharded model exactly as the ranking server does (``encode_user`` then
+``score_candidates``, probabilities by sigmoid), so the served scores of the same examples give
+the same AUC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
+from ..data.blocks import ExampleBlock, collate
+from ..models import FeatureSchema, ModelConfig
+from .metrics import auc
+
+HOLDOUT_SEED_OFFSET = 7_919_113
+"""Added to --seed for the synthetic holdout stream, so it never meets a training batch's stream."""
+EVAL_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """The holdout examples (in blocks of at most EVAL_BATCH) and how they were chosen."""
+
+    blocks: list[ExampleBlock]
+    description: str
+
+    @property
+    def size(self) -> int:
+        return sum(b.size for b in self.blocks)
+
+
+def _take(block: ExampleBlock, rows: np.ndarray) -> ExampleBlock:
+    from ..data.blocks import take_rows
+
+    return ExampleBlock(
+        user={k: take_rows(v, rows) for k, v in block.user.items()},
+        sequence={k: take_rows(v, rows) for k, v in block.sequence.items()},
+        dense=block.dense[rows],
+        item={k: take_rows(v, rows) for k, v in block.item.items()},
+        domain=block.domain[rows],
+        labels=block.labels[rows],
+        label_mask=block.label_mask[rows],
+    )
+
+
+def split_block(block: ExampleBlock, size: int = EVAL_BATCH) -> list[ExampleBlock]:
+    """Consecutive slices of at most ``size`` rows, in order."""
+    return [_take(block, np.arange(s, min(s + size, block.size))) for s in range(0, block.size, size)]
+
+
+def movielens_holdout(cfg: ModelConfig, limit: int) -> Holdout:
+    """Each user's last ratings in time (the test split), at most ``limit``, evenly spaced over users."""
+    ml = MovieLens(seq_len=cfg.seq_len)
+    events = ml.source("test").index
+    if len(events) > limit:
+        events = events[np.linspace(0, len(events) - 1, limit).astype(np.int64)]
+    block = ml.examples(np.sort(events))
+    return Holdout(split_block(block), f"movielens: each user's last ratings in time ({block.size} examples)")
+
+
+def synthetic_holdout(cfg: ModelConfig, seed: int, limit: int) -> Holdout:
+    universe = SyntheticUniverse(SyntheticConfig(seq_len=cfg.seq_len, seed=seed))
+    sources = [universe.domain(i) for i in range(len(universe.cfg.domains))]
+    weights = [d.weight for d in universe.cfg.domains]
+    loader = MixingLoader(sources, weights, EVAL_BATCH, seed=seed + HOLDOUT_SEED_OFFSET, shard=0)
+    blocks, total = [], 0
+    step = 0
+    while total < limit:
+        step += 1
+        block = loader.block(step)
+        block = _take(block, np.arange(min(block.size, limit - total)))
+        blocks.append(block)
+        total += block.size
+    return Holdout(blocks, f"synthetic: {total} examples from a stream training never samples")
+
+
+def build_holdout(data: str, cfg: ModelConfig, seed: int, limit: int) -> Holdout:
+    """The holdout of ``--data`` (see the module docstring); ``limit`` caps its examples."""
+    if limit < 1:
+        raise ValueError(f"--holdout-examples must be >= 1, got {limit}")
+    if data == "movielens":
+        return movielens_holdout(cfg, limit)
+    if data == "synthetic":
+        return synthetic_holdout(cfg, seed, limit)
+    raise ValueError(f"no holdout for --data {data!r}")
+
+
+def holdout_schema(data: str, cfg: ModelConfig, seed: int) -> FeatureSchema:
+    """The (capped) schema training uses for ``data``: what the holdout is collated with."""
+    if data == "movielens":
+        return cap_schema(MovieLens(seq_len=cfg.seq_len).schema, cfg.max_table_rows)
+    universe = SyntheticUniverse(SyntheticConfig(seq_len=cfg.seq_len, seed=seed))
+    return cap_schema(universe.schema, cfg.max_table_rows)
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, blocks: list[ExampleBlock], schema: FeatureSchema) -> np.ndarray:
+    """Probabilities ``[n, num_tasks]`` of the model in eval mode, block by block."""
+    model.eval()
+    out = []
+    for block in blocks:
+        batch = collate(block, schema)
+        out.append(torch.sigmoid(model(batch).float()).numpy())
+    return np.concatenate(out) if out else np.zeros((0, schema.num_tasks), dtype=np.float32)
+
+
+def task_metrics(
+    probs: np.ndarray, labels: np.ndarray, mask: np.ndarray, tasks: list[str]
+) -> dict[str, dict[str, float | int | None]]:
+    """Per task: AUC over the labelled rows (None with one class only), examples and positives."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for t, name in enumerate(tasks):
+        rows = mask[:, t] > 0
+        value = auc(probs[rows, t], labels[rows, t])
+        out[name] = {
+            "auc": None if value is None else round(value, 6),
+            "examples": int(rows.sum()),
+            "positives": int(labels[rows, t].sum()),
+        }
+    return out
+
+
+def evaluate(model: nn.Module, holdout: Holdout, schema: FeatureSchema) -> dict[str, dict[str, float | int | None]]:
+    """``{task: {auc, examples, positives}}`` of ``model`` on the holdout."""
+    probs = predict(model, holdout.blocks, schema)
+    labels = np.concatenate([b.labels for b in holdout.blocks])
+    mask = np.concatenate([b.label_mask for b in holdout.blocks])
+    return task_metrics(probs, labels, mask, [t.name for t in schema.tasks])
