@@ -201,6 +201,31 @@ class CheckpointSpec(ApiModel):
         return self.uri.startswith(("s3://", "gs://"))
 
 
+class ExportSpec(ApiModel):
+    """Where the built-in trainer exports versioned models, and how often (status.models lists them)."""
+
+    uri: str = Field(
+        pattern=r"^(s3|gs|file)://.+|^/.+",
+        max_length=URI_MAX,
+        description="s3://, gs://, file:// or an absolute path on a shared volume; versions go to URI/v<N>/.",
+    )
+    interval_steps: int = Field(
+        default=0, ge=0, le=10_000_000, description="Steps between exports; 0 exports at the end only."
+    )
+    holdout_examples: int = Field(
+        default=20_000, ge=1, le=10_000_000, description="Time-ordered holdout examples every version is scored on."
+    )
+    credentials_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret with object-store credentials for uri (envFrom, like the checkpoint's); default: the "
+        "checkpoint's Secret.",
+    )
+
+    @property
+    def object_store(self) -> bool:
+        return self.uri.startswith(("s3://", "gs://"))
+
+
 class FailureScope(StrEnum):
     GANG = "Gang"
     REPLICA_GROUP = "ReplicaGroup"
@@ -265,6 +290,9 @@ class GEMTrainingSpec(ApiModel):
         description="True holds or removes the gang; with a Kueue queue label it also deactivates the Workload.",
     )
     training: TrainingJob = Field(default_factory=TrainingJob, description="What to train.")
+    export: ExportSpec | None = Field(
+        default=None, description="Versioned model exports that RankingService/SolarisPrecompute name by version."
+    )
     workload: Workload = Field(default_factory=Workload, description="Image, resources, env.")
     rendezvous_port: int = Field(default=29500, ge=1024, le=65535, description="MASTER_PORT.")
 
@@ -348,6 +376,27 @@ class PlacementSummary(ApiModel):
     tiers: list[TierUsage] = Field(default_factory=list, description="Tiers used, tightest first.")
 
 
+class TaskEval(ApiModel):
+    """One task's metrics on the export's holdout."""
+
+    auc: float | None = Field(default=None, description="ROC AUC (absent with one class only).")
+    examples: int | None = Field(default=None, description="Labelled holdout examples.")
+    positives: int | None = Field(default=None, description="Positive labels among them.")
+
+
+class ExportedModel(ApiModel):
+    """One exported version (learned from the trainer's termination message)."""
+
+    version: int = Field(ge=1, description="Version number, counting up from 1.")
+    uri: str = Field(description="The version's model directory (gem-model.json, weights, manifest.json).")
+    step: int | None = Field(default=None, description="Training step it was exported at.")
+    eval: dict[str, TaskEval] = Field(default_factory=dict, description="Holdout metrics by task.")
+
+
+MAX_LISTED_MODELS = 64
+"""status.models keeps the newest versions (older ones stay in the store and can be named by uri)."""
+
+
 class GEMTrainingStatus(ApiModel):
     """Observed state of a GEMTraining."""
 
@@ -363,3 +412,6 @@ class GEMTrainingStatus(ApiModel):
     placement: PlacementSummary | None = Field(default=None, description="Placement summary.")
     restart_after: str | None = Field(default=None, description="RFC 3339 time the next restart may start.")
     excluded_nodes: list[str] = Field(default_factory=list, description="Nodes avoided after failures.")
+    models: list[ExportedModel] = Field(
+        default_factory=list, max_length=MAX_LISTED_MODELS, description="Exported versions, oldest first."
+    )

@@ -16,6 +16,7 @@ import kopf
 from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
 from gem_operator.controllers import gang, humanize, kueue
+from gem_operator.controllers.models import describe_version, merge_models, new_versions, reported_models
 from gem_operator.controllers.offload import offload
 from gem_operator.controllers.pod_reasons import not_ready_summary
 from gem_operator.controllers.reconcile import (
@@ -127,6 +128,9 @@ class TrainingPass:
         pods = await self.pods()
         checkpoint = gang.newest_checkpoint([self.status.get("lastCheckpoint"), *gang.reported_checkpoints(pods)])
         fields["lastCheckpoint"] = checkpoint
+        fields["models"] = merge_models(self.status.get("models"), reported_models(pods))
+        for new in new_versions(self.status.get("models"), fields["models"]):
+            self.event("Normal", "ModelExported", describe_version(new))
         queued = await kueue.admission(self)  # None unless the resource names a Kueue queue
 
         if spec.suspend:

@@ -100,6 +100,7 @@ def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[s
         "embeddingShardingGroup": embedding_group,
         "failurePolicy": spec.failure_policy.to_wire(),
         "trainer": "builtin" if spec.training.command is None else "command",
+        **({"export": spec.export.to_wire()} if spec.export is not None else {}),
     }
 
 
@@ -135,6 +136,8 @@ def _env(
             "GEM_RESUME_FROM": resume_from or "",
         }
     )
+    if spec.export is not None:
+        values["GEM_EXPORT_URI"] = spec.export.uri
     if spec.checkpoint.object_store:
         values["GEM_CHECKPOINT_STAGING"] = STAGING_DIR
         if _restores(spec, resume_from):
@@ -153,6 +156,19 @@ def trainer_args(spec: GEMTrainingSpec) -> list[str]:
     job = spec.training
     if job.command is not None:
         return ["--no-python", *job.command, *job.args]
+    export = spec.export
+    exporting = (
+        []
+        if export is None
+        else [
+            "--export",
+            export.uri,
+            "--export-every",
+            str(export.interval_steps),
+            "--holdout-examples",
+            str(export.holdout_examples),
+        ]
+    )
     return [
         "-m",
         "gem_workloads.training",
@@ -166,6 +182,7 @@ def trainer_args(spec: GEMTrainingSpec) -> list[str]:
         spec.checkpoint.uri,
         "--checkpoint-every",
         str(spec.checkpoint.interval_steps),
+        *exporting,
     ]
 
 
@@ -215,6 +232,7 @@ def _pod(
     }
     if spec.checkpoint.object_store:
         _object_store_checkpoints(pod_spec, spec, resume_from, peers, node_cache)
+    _export_credentials(pod_spec["containers"][0], spec)
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     if node_name:
@@ -236,6 +254,16 @@ def _pod(
     # GEM_RESUME_FROM only matters when a pod starts; a newer checkpoint must not replace running pods.
     meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_SPEC_HASH: spec_hash(_without_resume(pod_spec))}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def _export_credentials(trainer: dict[str, Any], spec: GEMTrainingSpec) -> None:
+    """The export's own Secret beside the checkpoint's (envFrom; the later one wins on a shared key)."""
+    ref = spec.export.credentials_secret_ref if spec.export is not None else None
+    if ref is None:
+        return
+    sources = trainer.setdefault("envFrom", [])
+    if {"secretRef": {"name": ref.name}} not in sources:
+        sources.append({"secretRef": {"name": ref.name}})
 
 
 def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
