@@ -91,7 +91,7 @@ def test_two_process_training_exports_versions_scored_on_the_holdout(tmp_path: P
 
 
 def test_termination_message_keeps_the_newest_versions_that_fit() -> None:
-    evals = {"ctr": {"auc": 0.712345, "examples": 20000, "positives": 1234}}
+    evals: dict[str, dict[str, float | int | None]] = {"ctr": {"auc": 0.712345, "examples": 20000, "positives": 1234}}
     versions = [ExportedVersion(v, f"s3://bucket/team/models/gem-pretrain/v{v}", v * 500, evals) for v in range(1, 101)]
     text = termination_message("step-050000", versions)
     assert len(text.encode()) <= TERMINATION_LIMIT

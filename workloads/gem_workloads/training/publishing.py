@@ -9,7 +9,7 @@ the arguments alone); then rank 0 exports while the others go on.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..models import FeatureSchema, ModelConfig
 from .checkpoint import Checkpoints
@@ -17,14 +17,27 @@ from .env import TrainingEnv
 from .export import Exporter, local_checkpoint
 from .holdout import build_holdout
 
-if TYPE_CHECKING:
-    from .trainer import TrainArgs
+
+class ExportArgs(Protocol):
+    """The fields of the trainer's arguments an export reads (``trainer.TrainArgs`` has them)."""
+
+    @property
+    def export_uri(self) -> str | None: ...
+    @property
+    def data(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def holdout_examples(self) -> int: ...
+
 
 log = logging.getLogger("gem_workloads.training")
 
 
 def make_exporter(
-    args: TrainArgs,
+    args: ExportArgs,
     env: TrainingEnv,
     rank: int,
     config: ModelConfig,
@@ -44,7 +57,7 @@ def make_exporter(
 
 
 class Publishing:
-    args: TrainArgs
+    args: ExportArgs
     step: int
     rank: int
     checkpoints: Checkpoints | None

@@ -253,6 +253,8 @@ def _comm_device() -> torch.device:
 
 
 class Trainer(Publishing):
+    args: TrainArgs
+
     def __init__(
         self,
         args: TrainArgs,
