@@ -3,7 +3,7 @@
 - ``python`` is this interpreter; other commands are looked up beside it (the virtualenv's console
   scripts, e.g. ``gem-load``), then on ``PATH``;
 - env: ``value`` (a ``*PORT*`` value equal to a declared containerPort becomes the pod's local
-  port), ``valueFrom.fieldRef`` (the Downward API fields a pod spec may name), Secret and
+  port, a cluster DNS name such as a gang's ``MASTER_ADDR`` becomes 127.0.0.1), ``valueFrom.fieldRef`` (the Downward API fields a pod spec may name), Secret and
   ConfigMap keys, ``envFrom``; a missing one is a `ContainerConfigError`, as a kubelet's
   CreateContainerConfigError;
 - mounts: ``emptyDir`` volumes are per-pod directories, ``hostPath`` ones per-node directories;
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -29,6 +30,9 @@ SECRETS = Resource("", "v1", "secrets")
 CONFIGMAPS = Resource("", "v1", "configmaps")
 TERMINATION_LOG = "/dev/termination-log"
 LOOPBACK = "127.0.0.1"
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+CLUSTER_DNS = re.compile(rf"{_LABEL}(\.{_LABEL})*\.svc(\.cluster\.local)?")
+"""A cluster DNS name (``pod.service.namespace.svc``, ``service.namespace.svc``), resolved to the loopback."""
 
 
 class ContainerConfigError(Exception):
@@ -86,6 +90,8 @@ class ContainerSetup:
         return out
 
     def _rewrite(self, value: str, run: PodDirs, mounts: Mapping[str, Path]) -> str:
+        if CLUSTER_DNS.fullmatch(value):
+            return LOOPBACK  # every pod here is 127.0.0.1 (a gang's MASTER_ADDR, a Service's name)
         for prefix, origin in sorted(self.config.origins.items(), key=lambda kv: -len(kv[0])):
             if value == prefix or value.startswith(prefix.rstrip("/") + "/"):
                 return str(origin).rstrip("/") + value[len(prefix.rstrip("/")) :]

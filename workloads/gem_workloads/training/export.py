@@ -151,6 +151,7 @@ class Exporter:
                 exportedAt=time.time(),
                 eval=metrics,
                 holdout=self.holdout.description,
+                holdoutRecipe=self.holdout.recipe,
             )
             (out / MODEL_FILE).write_text(json.dumps(meta, indent=1))
             (out / MANIFEST_NAME).write_text(build_manifest(out, self.part_size).to_json())

@@ -14,14 +14,16 @@ the same AUC.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
-from ..data.blocks import ExampleBlock, collate
+from ..data.blocks import ExampleBlock, Jagged, collate
 from ..models import FeatureSchema, ModelConfig
 from .metrics import auc
 
@@ -36,6 +38,7 @@ class Holdout:
 
     blocks: list[ExampleBlock]
     description: str
+    recipe: dict[str, Any] = field(default_factory=dict)  # what rebuilds it: build_holdout(**recipe)
 
     @property
     def size(self) -> int:
@@ -92,10 +95,12 @@ def build_holdout(data: str, cfg: ModelConfig, seed: int, limit: int) -> Holdout
     if limit < 1:
         raise ValueError(f"--holdout-examples must be >= 1, got {limit}")
     if data == "movielens":
-        return movielens_holdout(cfg, limit)
-    if data == "synthetic":
-        return synthetic_holdout(cfg, seed, limit)
-    raise ValueError(f"no holdout for --data {data!r}")
+        holdout = movielens_holdout(cfg, limit)
+    elif data == "synthetic":
+        holdout = synthetic_holdout(cfg, seed, limit)
+    else:
+        raise ValueError(f"no holdout for --data {data!r}")
+    return replace(holdout, recipe={"data": data, "seed": seed, "limit": limit})
 
 
 def holdout_schema(data: str, cfg: ModelConfig, seed: int) -> FeatureSchema:
@@ -139,3 +144,56 @@ def evaluate(model: nn.Module, holdout: Holdout, schema: FeatureSchema) -> dict[
     labels = np.concatenate([b.labels for b in holdout.blocks])
     mask = np.concatenate([b.label_mask for b in holdout.blocks])
     return task_metrics(probs, labels, mask, [t.name for t in schema.tasks])
+
+
+def _ids(column: Jagged, row: int, multi_hot: bool) -> int | list[int]:
+    start = int(column.lengths[:row].sum())
+    values = [int(v) for v in column.values[start : start + int(column.lengths[row])]]
+    return values if multi_hot else values[0]
+
+
+def request_lines(holdout: Holdout, schema: FeatureSchema) -> Iterator[dict[str, Any]]:
+    """One labelled ``POST /v1/rank`` body per holdout example (the user, one candidate): what the replayer
+    sends to score a served model on the examples its offline eval used."""
+    tasks = [t.name for t in schema.tasks]
+    for block in holdout.blocks:
+        for row in range(block.size):
+            user = {f.name: _ids(block.user[f.name], row, f.multi_hot) for f in schema.user_features}
+            sequence = {f.name: _ids(block.sequence[f.name], row, True) for f in schema.sequence_features}
+            item = {f.name: _ids(block.item[f.name], row, f.multi_hot) for f in schema.item_features}
+            body = {
+                "user": {"features": user, "dense": [float(x) for x in block.dense[row]], "sequence": sequence},
+                "candidates": [{**item, "domain": int(block.domain[row])}],
+            }
+            labelled = {t: float(block.labels[row, i]) for i, t in enumerate(tasks) if block.label_mask[row, i] > 0}
+            yield {"body": body, "labels": labelled}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gem_workloads.training.holdout MODEL_DIR OUT``: an exported version's holdout as labelled
+    requests (JSONL), rebuilt from the recipe its gem-model.json records."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from ..models.model_dir import MODEL_FILE, config_from_dict, schema_from_dict
+
+    p = argparse.ArgumentParser(prog="python -m gem_workloads.training.holdout", description=main.__doc__)
+    p.add_argument("model_dir", help="an exported version (its gem-model.json)")
+    p.add_argument("out", help="JSONL file to write: one {body, labels} per holdout example")
+    args = p.parse_args(argv)
+    meta = json.loads((Path(args.model_dir) / MODEL_FILE).read_text())
+    recipe = meta.get("holdoutRecipe")
+    if not isinstance(recipe, dict):
+        raise SystemExit(f"{args.model_dir}/{MODEL_FILE}: no holdoutRecipe (not an exported version)")
+    holdout = build_holdout(recipe["data"], config_from_dict(meta["config"]), int(recipe["seed"]), int(recipe["limit"]))
+    schema = schema_from_dict(meta["schema"])
+    with open(args.out, "w") as out:
+        for line in request_lines(holdout, schema):
+            out.write(json.dumps(line, separators=(",", ":")) + "\n")
+    print(json.dumps({"out": args.out, "examples": holdout.size}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
