@@ -46,6 +46,7 @@ RESTORE_DIR = f"{SCRATCH_MOUNT}/restore"
 RESTORE_CONTAINER = "checkpoint-restore"
 _CHECKPOINT_NAME = re.compile(r"step-\d+")
 MAIN_CONTAINER = "trainer"
+TERMINATION_LOG = "/dev/termination-log"
 #: /dev/shm for NCCL and DataLoader workers when spec.workload.shmSize is unset (a container's own is 64 MiB).
 DEFAULT_SHM_SIZE = "16Gi"
 
@@ -134,6 +135,8 @@ def _env(
             "GEM_RANK_MAP_FILE": f"{CONFIG_MOUNT}/rankmap.json",
             "GEM_CHECKPOINT_URI": spec.checkpoint.uri,
             "GEM_RESUME_FROM": resume_from or "",
+            # Where the trainer reports its checkpoint and model versions: the container's termination message.
+            "GEM_TERMINATION_LOG": TERMINATION_LOG,
         }
     )
     if spec.export is not None:
@@ -224,7 +227,7 @@ def _pod(
                 ),
                 "volumeMounts": [{"name": "gem-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
                 # The trainer reports its newest checkpoint here on exit (docs/contracts.md).
-                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePath": TERMINATION_LOG,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             }
         ],
