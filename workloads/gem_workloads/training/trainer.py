@@ -403,7 +403,8 @@ class Trainer:
         sparse = self.dmp.module.sparse
         schema, cfg = self.schema, self.config
         user = pooled_tokens(sparse.user, batch.user.categorical, schema.user_names)
-        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len)
+        groups = schema.sequence_groups
+        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len, groups)
         item = pooled_tokens(sparse.item, batch.candidate.categorical, schema.item_names)
         return user, seq, item
 
