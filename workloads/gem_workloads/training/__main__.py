@@ -27,6 +27,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", help="model preset: tiny, small, base, large (default: config file, else tiny)")
     p.add_argument("--model", choices=["kunlun", "dlrm"], default="kunlun")
     p.add_argument("--data", choices=["synthetic", "movielens"], help="default: config file, else synthetic")
+    p.add_argument(
+        "--data-spec",
+        metavar="FILE",
+        help="YAML/JSON data spec (the block of a GEMTraining's spec.training.data): Parquet sources mixed "
+        "by event time, sequence sources merged into histories. Read as a stream; memory per process: one "
+        "row group and one batch of rows per source, 4 prefetched batches, and the sequence datasets as "
+        "columns (8 x (2 + features) bytes per event). Replaces --data",
+    )
     p.add_argument("--steps", type=int, help="total steps (default: config file, else 100)")
     p.add_argument(
         "--checkpoint-dir",
@@ -60,6 +68,7 @@ def build_args(ns: argparse.Namespace, env: TrainingEnv) -> Any:
         preset=ns.preset or str(cfg.get("preset", "tiny")),
         model=ns.model,
         data=ns.data or str(cfg.get("data", "synthetic")),
+        data_spec=ns.data_spec,
         steps=steps,
         checkpoint_dir=ns.checkpoint_dir,
         checkpoint_every=ns.checkpoint_every
@@ -94,6 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
             return 2
     args = build_args(ns, env)
+    if args.data_spec:
+        from .inputs import DATA_ERRORS, EXIT_DATA_ERROR, preflight, report_data_error
+
+        try:  # bad data stops here, before any process starts, with the source and column named
+            preflight(args.data_spec)
+        except DATA_ERRORS as exc:
+            report_data_error(exc)
+            print(f"gem_workloads.training: {exc}", file=sys.stderr)
+            return EXIT_DATA_ERROR
     try:
         from ..models import get_preset
         from .parallel import check_mesh_fits
@@ -124,6 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EnvContractError as exc:
         print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from .inputs import DATA_ERRORS, EXIT_DATA_ERROR, report_data_error
+
+        if not isinstance(exc, DATA_ERRORS):
+            raise
+        report_data_error(exc)  # e.g. a store that stayed unreachable mid-run: reported, never trained around
+        print(f"gem_workloads.training: {exc}", file=sys.stderr)
+        return EXIT_DATA_ERROR
     return 0
 
 

@@ -51,12 +51,12 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
 from ..models import Batch, FeatureSchema, KunlunModel, ModelConfig, RankingModel, build_model, get_preset
 from ..models.common import pooled_tokens, sequence_embeddings
 from .checkpoint import open_checkpoints
 from .dense import DenseRunner
 from .env import TrainingEnv, require_supported_mesh
+from .inputs import build_data, data_state, restore_data
 from .metrics import AUCWindow, PrometheusMetrics, peak_flops
 from .parallel import apply_fsdp, build_parallel, check_mesh_fits
 from .pipeline import prune_to_stage, split_layers
@@ -69,6 +69,7 @@ class TrainArgs:
     preset: str = "tiny"
     model: str = "kunlun"
     data: str = "synthetic"
+    data_spec: str | None = None  # a data spec file (Parquet sources); replaces ``data``
     steps: int = 100
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -87,22 +88,6 @@ class TrainArgs:
 def masked_bce(logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
     loss = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="none")
     return (loss * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def build_data(args: TrainArgs, cfg: ModelConfig, shard: int) -> tuple[MixingLoader, FeatureSchema]:
-    if args.data == "synthetic":
-        universe = SyntheticUniverse(SyntheticConfig(seq_len=cfg.seq_len, seed=args.seed))
-        schema = cap_schema(universe.schema, cfg.max_table_rows)
-        sources = [universe.domain(i) for i in range(len(universe.cfg.domains))]
-        weights = [d.weight for d in universe.cfg.domains]
-        return MixingLoader(sources, weights, args.batch_size, seed=args.seed, shard=shard, schema=schema), schema
-    if args.data == "movielens":
-        ml = MovieLens(seq_len=cfg.seq_len)
-        schema = cap_schema(ml.schema, cfg.max_table_rows)
-        return MixingLoader(
-            [ml.source("train")], [1.0], args.batch_size, seed=args.seed, shard=shard, schema=schema
-        ), schema
-    raise ValueError(f"--data must be 'synthetic' or 'movielens', got {args.data!r}")
 
 
 def _sharding_types(device: torch.device) -> list[str]:
@@ -283,7 +268,7 @@ class Trainer:
         self.par = build_parallel(env, self.device.type)
         self.mesh = self.par.world
         # Ranks that differ only in pp, cp or tp train on the same batch.
-        self.loader, self.schema = build_data(args, cfg, shard=self.par.data_shard)
+        self.loader, self.schema = build_data(args, cfg, self.par.data_shard, self.par.data_shards)
         torch.manual_seed(args.seed)
         self.model = build_model(args.model, cfg, self.schema, device=torch.device("meta"))
         self.first_stage = self.par.pp_rank == 0
@@ -334,6 +319,9 @@ class Trainer:
             "sparse_optim": sparse["state"],
             "progress": {"step": torch.tensor(self.step, dtype=torch.int64)},
         }
+        data = data_state(self.loader, self.par.data_shard, self.par.data_shards)  # streams: the read position
+        if data is not None:
+            state["data"] = data
         return state, sparse
 
     def _prime_dense_optimizer(self) -> None:
@@ -370,6 +358,7 @@ class Trainer:
         if self.first_stage:
             self.dmp.fused_optimizer.load_state_dict(sparse)
         self.step = int(state["progress"]["step"])
+        restore_data(self.loader, state.get("data"), self.par.data_shard, self.par.data_shards, self.step)
         self._emit(
             {"event": "resumed", "step": self.step, "path": str(path), "param_checksum": param_checksum(self.dmp)}
         )
@@ -425,7 +414,7 @@ class Trainer:
             "model": self.args.model,
             "preset": self.config.name,
             "comp_skip": self.config.comp_skip,
-            "data": self.args.data,
+            "data": self.args.data_spec or self.args.data,
             "device": str(self.device),
             "rank_map_nodes": nodes,
             "metrics_port": self.prom.port if self.prom else None,
@@ -472,7 +461,10 @@ class Trainer:
                 self.save()
         if self.checkpoints is not None and (every <= 0 or self.step % every != 0) and self.step > 0:
             self.save()
-        self._emit({"event": "done", "step": self.step, "param_checksum": param_checksum(self.dmp)})
+        done = {"event": "done", "step": self.step, "param_checksum": param_checksum(self.dmp)}
+        if hasattr(self.loader, "malformed"):  # data spec: malformed rows skipped, per source (this rank's)
+            done.update(malformed_rows=self.loader.malformed(), data_wait_s=round(self.loader.wait_seconds, 3))
+        self._emit(done)
         return records
 
     def _log_record(self, step: int, losses: list[Tensor], examples: int, seconds: float) -> dict[str, Any]:
@@ -517,6 +509,8 @@ class Trainer:
         return None if torch.isnan(t) else float(t)
 
     def close(self) -> None:
+        if hasattr(self.loader, "close"):
+            self.loader.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
