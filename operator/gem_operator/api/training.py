@@ -12,6 +12,7 @@ from typing import Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from gem_operator.api.common import URI_MAX, ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.data import TrainingData
 from gem_operator.api.mesh import MAX_WORLD_SIZE, MESH_DIMS, Mesh
 from gem_operator.api.pod_template import check_main_container
 
@@ -222,7 +223,11 @@ class TrainingJob(ApiModel):
     """What the pods train (passed to python -m gem_workloads.training)."""
 
     preset: str = Field(default="tiny", pattern=r"^[a-z0-9-]+$", max_length=63, description="Model preset name.")
-    data: Literal["synthetic", "movielens"] = Field(default="synthetic", description="Dataset.")
+    data: TrainingData = Field(
+        default_factory=TrainingData,
+        description="What to train on: a built-in dataset, or Parquet sources (and sequence sources) as "
+        "python -m gem_workloads.training --data-spec reads them.",
+    )
     steps: int = Field(default=1000, ge=1, le=100_000_000, description="Training steps.")
 
 

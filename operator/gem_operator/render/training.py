@@ -34,6 +34,8 @@ APP = "gem-training"
 ROLE_WORKER = "worker"
 ROLE_RENDEZVOUS = "rdzv"
 ROLE_CONFIG = "config"
+DATA_SPEC_KEY = "data-spec.json"
+"""ConfigMap key of the data spec the trainer reads with --data-spec (spec.training.data with sources)."""
 CONFIG_MOUNT = "/etc/gem"
 LABEL_NODE_RANK = "gem.dev/node-rank"
 # Held on every pod of a placed gang until all of its pods exist (all-or-nothing).
@@ -92,7 +94,7 @@ def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[s
         "name": owner.name,
         "namespace": owner.namespace,
         "preset": spec.training.preset,
-        "data": spec.training.data,
+        "data": "sources" if spec.training.data.uses_sources else spec.training.data.builtin_name,
         "steps": spec.training.steps,
         "checkpoint": spec.checkpoint.to_wire(),
         "mesh": spec.parallelism.mesh.as_dict(),
@@ -166,8 +168,7 @@ def _pod(
         "gem_workloads.training",
         "--preset",
         spec.training.preset,
-        "--data",
-        spec.training.data,
+        *_data_args(spec),
         "--steps",
         str(spec.training.steps),
         "--checkpoint-dir",
@@ -203,6 +204,7 @@ def _pod(
     }
     if spec.checkpoint.object_store:
         _object_store_checkpoints(pod_spec, spec, resume_from, peers, node_cache)
+    _data_credentials(pod_spec, spec)
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     if node_name:
@@ -224,6 +226,24 @@ def _pod(
     # GEM_RESUME_FROM only matters when a pod starts; a newer checkpoint must not replace running pods.
     meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_SPEC_HASH: spec_hash(_without_resume(pod_spec))}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def _data_args(spec: GEMTrainingSpec) -> list[str]:
+    """``--data-spec`` on the ConfigMap's data-spec.json for Parquet sources, else ``--data`` and the built-in name."""
+    data = spec.training.data
+    if data.uses_sources:
+        return ["--data-spec", f"{CONFIG_MOUNT}/{DATA_SPEC_KEY}"]
+    return ["--data", data.builtin_name]
+
+
+def _data_credentials(pod_spec: dict[str, Any], spec: GEMTrainingSpec) -> None:
+    """Each data source's Secret through envFrom, prefixed GEM_DATA_<NAME>_ (the trainer looks there first)."""
+    trainer = pod_spec["containers"][0]
+    for ds in spec.training.data.datasets():
+        if ds.credentials_secret_ref is None:
+            continue
+        prefix = "GEM_DATA_" + ds.name.upper().replace("-", "_") + "_"
+        trainer.setdefault("envFrom", []).append({"prefix": prefix, "secretRef": {"name": ds.credentials_secret_ref.name}})
 
 
 def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
@@ -348,6 +368,8 @@ def render_training(
             "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
         },
     }
+    if spec.training.data.uses_sources:
+        config["data"][DATA_SPEC_KEY] = json.dumps(spec.training.data.trainer_spec(), indent=2, sort_keys=True)
     pods = (
         []
         if spec.suspend
