@@ -37,8 +37,9 @@ class InvalidData(ValueError):
 
     reason = "InvalidData"
 
-    def __init__(self, source: str, column: str, problem: str) -> None:
-        super().__init__(f"data source {source!r}: column {column!r} {problem}")
+    def __init__(self, source: str, column: str | None, problem: str) -> None:
+        what = f"column {column!r} {problem}" if column else problem
+        super().__init__(f"data source {source!r}: {what}")
         self.source, self.column = source, column
 
 
@@ -164,7 +165,10 @@ class ParquetStream:
         self._fragments = {f.path: f for f in fragments}
         units: list[Unit] = []
         for frag in fragments:
-            with_retries(f"{what} ({frag.path})", frag.ensure_complete_metadata)
+            try:
+                with_retries(f"{what} ({frag.path})", frag.ensure_complete_metadata)
+            except pa.ArrowInvalid as exc:
+                raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({exc})") from exc
             check_schema(source, frag.physical_schema, columns, frag.path)
             for rg in frag.row_groups:
                 stats = (rg.statistics or {}).get(time_column) or {}

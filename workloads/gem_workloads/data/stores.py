@@ -105,14 +105,17 @@ def with_retries(
     what: str,
     fn: Callable[[], T],
     *,
-    attempts: int = RETRY_ATTEMPTS,
-    base_s: float = RETRY_BASE_S,
+    attempts: int | None = None,
+    base_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """``fn()``, retried on I/O errors with doubling backoff; then :class:`DataUnavailable` about ``what``.
 
     A missing path is not retried: it will not appear by waiting, and the message says so at once.
+    Defaults: ``GEM_DATA_RETRIES`` attempts (5), the first backoff ``GEM_DATA_RETRY_BASE_S`` (0.5 s).
     """
+    attempts = attempts or int(os.environ.get("GEM_DATA_RETRIES", RETRY_ATTEMPTS))
+    base_s = float(os.environ.get("GEM_DATA_RETRY_BASE_S", RETRY_BASE_S)) if base_s is None else base_s
     for attempt in range(1, attempts + 1):
         try:
             return fn()
