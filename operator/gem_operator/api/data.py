@@ -135,6 +135,8 @@ class TrainingData(ApiModel):
             raise ValueError("set training.data.builtin or training.data.sources, not both")
         if self.sequences and not self.sources:
             raise ValueError("training.data.sequences needs training.data.sources (the examples they are joined to)")
+        if self.sources and not any(s.sparse for s in self.sources):
+            raise ValueError("training.data.sources[*].sparse: list the candidate's id columns (an ad id, say)")
         names = [d.name for d in self.datasets()]
         if len(set(names)) != len(names):
             raise ValueError(f"training.data: source and sequence names must be unique, got {names}")
