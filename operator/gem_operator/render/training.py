@@ -243,7 +243,9 @@ def _data_credentials(pod_spec: dict[str, Any], spec: GEMTrainingSpec) -> None:
         if ds.credentials_secret_ref is None:
             continue
         prefix = "GEM_DATA_" + ds.name.upper().replace("-", "_") + "_"
-        trainer.setdefault("envFrom", []).append({"prefix": prefix, "secretRef": {"name": ds.credentials_secret_ref.name}})
+        trainer.setdefault("envFrom", []).append(
+            {"prefix": prefix, "secretRef": {"name": ds.credentials_secret_ref.name}}
+        )
 
 
 def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
@@ -358,18 +360,19 @@ def render_training(
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
     if len(nodes) != spec.num_nodes:
         raise ValueError(f"placement has {len(nodes)} nodes, the gang needs {spec.num_nodes}")
+    files = {
+        "config.json": json.dumps(_config(owner, spec, embedding_group), indent=2, sort_keys=True),
+        "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
+        "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
+    }
+    if spec.training.data.uses_sources:
+        files[DATA_SPEC_KEY] = json.dumps(spec.training.data.trainer_spec(), indent=2, sort_keys=True)
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(owner, child_name(owner, ROLE_CONFIG), ROLE_CONFIG, APP),
-        "data": {
-            "config.json": json.dumps(_config(owner, spec, embedding_group), indent=2, sort_keys=True),
-            "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
-            "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
-        },
+        "data": files,
     }
-    if spec.training.data.uses_sources:
-        config["data"][DATA_SPEC_KEY] = json.dumps(spec.training.data.trainer_spec(), indent=2, sort_keys=True)
     pods = (
         []
         if spec.suspend

@@ -10,8 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("torchrec")
+
+import torch
 
 from gem_workloads.data.blocks import collate
 from gem_workloads.data.histories import SequenceHistory, feature_name
@@ -42,7 +44,9 @@ def spec_and_history(tmp_path: Path) -> tuple[Any, SequenceHistory, dict[str, An
     posts = {"user_id": rng.integers(0, 20, n), "ts": rng.permutation(grid)}
     posts |= {"actor_id": rng.integers(1, 500, n), "object_id": rng.integers(1, 900, n)}
     write_events(tmp_path / "buys", buys["user_id"], buys["ts"], ad_id=buys["ad_id"], account_id=buys["account_id"])
-    write_events(tmp_path / "posts", posts["user_id"], posts["ts"], actor_id=posts["actor_id"], object_id=posts["object_id"])
+    write_events(
+        tmp_path / "posts", posts["user_id"], posts["ts"], actor_id=posts["actor_id"], object_id=posts["object_id"]
+    )
     ex = tmp_path / "examples"
     ex.mkdir()
     pq.write_table(
@@ -58,10 +62,17 @@ def spec_and_history(tmp_path: Path) -> tuple[Any, SequenceHistory, dict[str, An
     )
     spec = parse_data_spec(
         {
-            "sources": [{"name": "feed", "uri": str(ex), "timestamp": "ts", "sparse": ["ad_id"], "labels": {"ctr": "clicked"}}],
+            "sources": [
+                {"name": "feed", "uri": str(ex), "timestamp": "ts", "sparse": ["ad_id"], "labels": {"ctr": "clicked"}}
+            ],
             "sequences": [
                 {"name": "buys", "uri": str(tmp_path / "buys"), "timestamp": "ts", "features": ["ad_id", "account_id"]},
-                {"name": "posts", "uri": str(tmp_path / "posts"), "timestamp": "ts", "features": ["actor_id", "object_id"]},
+                {
+                    "name": "posts",
+                    "uri": str(tmp_path / "posts"),
+                    "timestamp": "ts",
+                    "features": ["actor_id", "object_id"],
+                },
             ],
         }
     )
@@ -70,7 +81,7 @@ def spec_and_history(tmp_path: Path) -> tuple[Any, SequenceHistory, dict[str, An
 
 
 def test_history_is_the_last_events_strictly_before_merged_by_time(spec_and_history: Any) -> None:
-    spec, history, raw = spec_and_history
+    _spec, history, raw = spec_and_history
     rng = np.random.default_rng(3)
     users = rng.integers(0, 22, 300)  # users 20, 21 have no events
     times = rng.integers(0, 151, 300).astype(np.float64)
@@ -97,7 +108,11 @@ def test_history_is_the_last_events_strictly_before_merged_by_time(spec_and_hist
             other = ("buys", "posts")[1 - s]
             assert all(out[feature_name(other, f)].values[a + k] == 0 for f in names[other])
     # never an event at or after the example's time (the brute force above uses <): ties did occur
-    at_time = sum(int(((raw[k]["user_id"] == u) & (raw[k]["ts"] == t)).sum()) for k in raw for u, t in zip(users, times, strict=True))
+    at_time = sum(
+        int(((raw[k]["user_id"] == u) & (raw[k]["ts"] == t)).sum())
+        for k in raw
+        for u, t in zip(users, times, strict=True)
+    )
     assert at_time > 10 and (lengths <= L).all() and lengths.sum() > 0
 
 

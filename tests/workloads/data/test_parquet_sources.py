@@ -56,7 +56,9 @@ def write(path: Path, n: int, start: int = 0, row_group: int = 50, **cols: Any) 
 @pytest.fixture(scope="module")
 def ads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("ads")
-    return write_ads_log(root, AdsLogConfig(users=300, ads=80, impressions=6_000, purchases=2_000, posts=2_000, row_group_rows=500))
+    return write_ads_log(
+        root, AdsLogConfig(users=300, ads=80, impressions=6_000, purchases=2_000, posts=2_000, row_group_rows=500)
+    )
 
 
 def test_spec_errors_name_the_field() -> None:
@@ -116,7 +118,9 @@ def test_malformed_rows_are_counted_skipped_and_sampled(tmp_path: Path, caplog: 
     bad = {i for i in range(n) if i % 10 == 3 or i % 25 == 4}
     assert not bad & set(seen) and len(seen) == len(set(seen)) == 128
     assert loader.malformed()["feed"] == len(bad)
-    assert any("malformed rows skipped" in r.getMessage() and "'user_id': None" in r.getMessage() for r in caplog.records)
+    assert any(
+        "malformed rows skipped" in r.getMessage() and "'user_id': None" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_unreachable_store_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch) -> None:

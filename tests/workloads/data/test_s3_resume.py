@@ -65,9 +65,16 @@ def test_kill_9_and_resume_neither_repeats_nor_skips(moto_s3: Any, s3_spec: dict
     for shard in range(shards):
         ref_ids, ckpt, ids = tmp_path / f"ref{shard}", tmp_path / f"ckpt{shard}", tmp_path / f"ids{shard}"
         args = [str(spec_file), str(shard), str(shards), str(steps), str(every)]
-        subprocess.run([sys.executable, str(WORKER), *args, str(tmp_path / f"refck{shard}"), str(ref_ids)], env=env, check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, str(WORKER), *args, str(tmp_path / f"refck{shard}"), str(ref_ids)],
+            env=env,
+            check=True,
+            timeout=300,
+        )
         # killed with SIGKILL once it has checkpointed step 15 or later (and usually logged a few more steps)
-        proc = subprocess.Popen([sys.executable, str(WORKER), *args, str(ckpt), str(ids)], env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(WORKER), *args, str(ckpt), str(ids)], env=env, start_new_session=True
+        )
         deadline = time.monotonic() + 200
         try:
             while not ckpt.exists() or json.loads(ckpt.read_text())["step"] < 15:

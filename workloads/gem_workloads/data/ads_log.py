@@ -78,16 +78,35 @@ def write_ads_log(root: Path, cfg: AdsLogConfig | None = None, uri: str | None =
 
     p_users = rng.integers(0, cfg.users, cfg.purchases)
     p_ads = ads_for(p_users)
-    purchases = pa.table({"ts": ts(_times(rng, cfg.purchases)), "user_id": p_users, "ad_id": p_ads, "account_id": ad_account[p_ads]})
+    purchases = pa.table(
+        {"ts": ts(_times(rng, cfg.purchases)), "user_id": p_users, "ad_id": p_ads, "account_id": ad_account[p_ads]}
+    )
     _write(purchases, root / "purchases", cfg.files_per_source, cfg.row_group_rows)
     s_users = rng.integers(0, cfg.users, cfg.posts)
     posts = pa.table(
-        {"ts": ts(_times(rng, cfg.posts)), "user_id": s_users, "actor_id": rng.integers(0, cfg.users, cfg.posts), "object_id": ads_for(s_users)}
+        {
+            "ts": ts(_times(rng, cfg.posts)),
+            "user_id": s_users,
+            "actor_id": rng.integers(0, cfg.users, cfg.posts),
+            "object_id": ads_for(s_users),
+        }
     )
     _write(posts, root / "posts", cfg.files_per_source, cfg.row_group_rows)
     spec["sequences"] = [
-        {"name": "purchases", "uri": f"{base}/purchases", "timestamp": "ts", "user": "user_id", "features": ["ad_id", "account_id"]},
-        {"name": "posts", "uri": f"{base}/posts", "timestamp": "ts", "user": "user_id", "features": ["actor_id", "object_id"]},
+        {
+            "name": "purchases",
+            "uri": f"{base}/purchases",
+            "timestamp": "ts",
+            "user": "user_id",
+            "features": ["ad_id", "account_id"],
+        },
+        {
+            "name": "posts",
+            "uri": f"{base}/posts",
+            "timestamp": "ts",
+            "user": "user_id",
+            "features": ["actor_id", "object_id"],
+        },
     ]
 
     frac = _times(rng, cfg.impressions)

@@ -43,32 +43,41 @@ class _Events:
     features: dict[str, IntArray]
 
 
+def _read_events(spec: SequenceSpec, stream: ParquetStream) -> tuple[IntArray, FloatArray, dict[str, IntArray]]:
+    """Every clean event of one sequence source: users, times and its features, in stream order."""
+    users: list[IntArray] = []
+    times: list[FloatArray] = []
+    feats: dict[str, list[IntArray]] = {f: [] for f in spec.features}
+    for index in range(len(stream.units)):
+        chunk = stream.read_unit(index)
+        if chunk.size == 0:
+            continue
+        users.append(np.asarray(chunk.columns[spec.user].to_numpy(zero_copy_only=False), dtype=np.int64))
+        times.append(chunk.time)
+        for f in spec.features:
+            feats[f].append(np.asarray(chunk.columns[f].to_numpy(zero_copy_only=False), dtype=np.int64))
+    cat = {f: np.concatenate(v) if v else np.zeros(0, np.int64) for f, v in feats.items()}
+    if not users:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64), cat
+    return np.concatenate(users), np.concatenate(times), cat
+
+
 class SequenceHistory:
     """The sequence sources, indexed by (user, time); see the module docstring."""
 
     def __init__(self, specs: tuple[SequenceSpec, ...], streams: list[ParquetStream]) -> None:
         self.specs = specs
-        raw: list[tuple[IntArray, FloatArray, dict[str, IntArray]]] = []
-        for spec, stream in zip(specs, streams, strict=True):
-            users, times, feats = [], [], {f: [] for f in spec.features}  # type: dict[str, list[IntArray]]
-            for index in range(len(stream.units)):
-                chunk = stream.read_unit(index)
-                if chunk.size == 0:
-                    continue
-                users.append(np.asarray(chunk.columns[spec.user].to_numpy(zero_copy_only=False), dtype=np.int64))
-                times.append(chunk.time)
-                for f in spec.features:
-                    feats[f].append(np.asarray(chunk.columns[f].to_numpy(zero_copy_only=False), dtype=np.int64))
-            cat = {f: np.concatenate(v) if v else np.zeros(0, np.int64) for f, v in feats.items()}
-            raw.append((np.concatenate(users) if users else np.zeros(0, np.int64), np.concatenate(times) if times else np.zeros(0), cat))
+        raw = [_read_events(spec, stream) for spec, stream in zip(specs, streams, strict=True)]
         all_users = np.unique(np.concatenate([r[0] for r in raw])) if raw else np.zeros(0, np.int64)
         self._users = all_users
         self._times = np.unique(np.concatenate([r[1] for r in raw])) if raw else np.zeros(0)
         self._events: list[_Events] = []
-        for users, times, feats in raw:
-            key = self._key(np.searchsorted(all_users, users), np.searchsorted(self._times, times))
+        for ev_users, ev_times, feats in raw:
+            key = self._key(np.searchsorted(all_users, ev_users), np.searchsorted(self._times, ev_times))
             order = np.argsort(key, kind="stable")
-            self._events.append(_Events(users[order], times[order], key[order], {f: v[order] for f, v in feats.items()}))
+            self._events.append(
+                _Events(ev_users[order], ev_times[order], key[order], {f: v[order] for f, v in feats.items()})
+            )
         self.num_events = sum(len(e.user) for e in self._events)
 
     def _key(self, user_rank: IntArray, time_rank: IntArray) -> IntArray:
@@ -81,7 +90,11 @@ class SequenceHistory:
     def _per_source(self, users: IntArray, times: FloatArray, length: int) -> list[tuple[IntArray, IntArray]]:
         """Per source: (flat event indices, counts per example) of the last ``length`` events before each time."""
         rank = np.searchsorted(self._users, users)
-        known = (rank < len(self._users)) & (self._users[np.minimum(rank, len(self._users) - 1)] == users) if len(self._users) else np.zeros(len(users), bool)
+        known = (
+            (rank < len(self._users)) & (self._users[np.minimum(rank, len(self._users) - 1)] == users)
+            if len(self._users)
+            else np.zeros(len(users), bool)
+        )
         before = self._key(rank, np.searchsorted(self._times, times, side="left"))
         start_key = self._key(rank, np.zeros(len(users), np.int64))
         out = []

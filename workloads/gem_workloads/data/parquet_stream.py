@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -46,20 +46,21 @@ class InvalidData(ValueError):
 def _type_ok(kind: str, t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         t = t.value_type
-    integer = pa.types.is_integer(t)
-    numeric = integer or pa.types.is_floating(t) or pa.types.is_boolean(t)
+    integer = bool(pa.types.is_integer(t))
+    floating = bool(pa.types.is_floating(t))
+    numeric = integer or floating or bool(pa.types.is_boolean(t))
     if kind == "time":
-        return pa.types.is_timestamp(t) or pa.types.is_date(t) or integer or pa.types.is_floating(t)
+        return bool(pa.types.is_timestamp(t) or pa.types.is_date(t)) or integer or floating
     if kind == "int":
         return integer
     if kind == "ids":
         if pa.types.is_list(t) or pa.types.is_large_list(t):
-            return pa.types.is_integer(t.value_type)
+            return bool(pa.types.is_integer(t.value_type))
         return integer
     if kind in ("number", "label"):
         return numeric
     if kind == "domain":
-        return integer or pa.types.is_string(t) or pa.types.is_large_string(t)
+        return integer or bool(pa.types.is_string(t) or pa.types.is_large_string(t))
     raise ValueError(f"unknown column kind {kind!r}")
 
 
@@ -110,7 +111,9 @@ class Chunk:
 
     def select(self, keep: npt.NDArray[np.bool_]) -> Chunk:
         mask = pa.array(keep)
-        return Chunk(self.unit, self.raw_row[keep], self.time[keep], {k: v.filter(mask) for k, v in self.columns.items()})
+        return Chunk(
+            self.unit, self.raw_row[keep], self.time[keep], {k: v.filter(mask) for k, v in self.columns.items()}
+        )
 
 
 @dataclass
@@ -158,7 +161,9 @@ class ParquetStream:
         self.source, self.location, self.columns, self.time_column = source, location, columns, time_column
         self.counters = Counters()
         what = f"data source {source!r} at {location.uri}"
-        self._dataset = with_retries(what, lambda: pads.dataset(location.path, filesystem=location.fs, format="parquet"))
+        self._dataset = with_retries(
+            what, lambda: pads.dataset(location.path, filesystem=location.fs, format="parquet")
+        )
         fragments = sorted(self._dataset.get_fragments(), key=lambda f: f.path)
         if not fragments:
             raise InvalidData(source, time_column, f"cannot be read: no Parquet files under {location.uri}")
@@ -243,7 +248,7 @@ def _as_seconds(value: object) -> float:
     if value is None:
         return float("-inf")
     if isinstance(value, datetime):  # naive statistics are UTC, as the int64 values behind them
-        return float((value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp())
+        return float((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())
     if hasattr(value, "toordinal"):
         return float((value.toordinal() - 719163) * 86400)  # date
     try:

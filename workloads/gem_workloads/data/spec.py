@@ -176,7 +176,7 @@ def parse_data_spec(raw: Any) -> DataSpec:
     sequences = tuple(_sequence(s, f"data.sequences[{i}]") for i, s in enumerate(seq_raw))
     if not any(s.sparse for s in sources):
         raise DataSpecError("data.sources[*].sparse: list the candidate's id columns (an ad id, say) in some source")
-    names = [s.name for s in (*sources, *sequences)]
+    names = [s.name for s in sources] + [q.name for q in sequences]
     if len(set(names)) != len(names):
         raise DataSpecError(f"data: source and sequence names must be unique, got {names}")
     return DataSpec(sources=sources, sequences=sequences)

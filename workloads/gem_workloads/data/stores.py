@@ -78,7 +78,7 @@ def _s3(env: Mapping[str, str], prefix: str) -> pafs.FileSystem:
 
 
 def _https() -> pafs.FileSystem:
-    from fsspec.implementations.http import HTTPFileSystem
+    from fsspec.implementations.http import HTTPFileSystem  # type: ignore[import-untyped]
 
     return pafs.PyFileSystem(pafs.FSSpecHandler(HTTPFileSystem()))
 
@@ -92,7 +92,9 @@ def locate(source: str, uri: str, env: Mapping[str, str] | None = None) -> Locat
     if scheme == "s3":
         return Location(_s3(env, prefix), f"{parsed.netloc}{parsed.path}".rstrip("/"), uri)
     if scheme == "gs":
-        anonymous = _var(env, prefix, "GOOGLE_APPLICATION_CREDENTIALS") is None and bool(env.get("STORAGE_EMULATOR_HOST"))
+        anonymous = _var(env, prefix, "GOOGLE_APPLICATION_CREDENTIALS") is None and bool(
+            env.get("STORAGE_EMULATOR_HOST")
+        )
         return Location(pafs.GcsFileSystem(anonymous=anonymous), f"{parsed.netloc}{parsed.path}".rstrip("/"), uri)
     if scheme in ("http", "https"):
         return Location(_https(), uri, uri)

@@ -58,7 +58,10 @@ def open_streams(
     ]
     sequences = [
         ParquetStream(
-            q.name, locate(q.name, q.uri, env), {q.timestamp: "time", q.user: "int", **dict.fromkeys(q.features, "int")}, q.timestamp
+            q.name,
+            locate(q.name, q.uri, env),
+            {q.timestamp: "time", q.user: "int", **dict.fromkeys(q.features, "int")},
+            q.timestamp,
         )
         for q in spec.sequences
     ]
@@ -73,7 +76,9 @@ def _list_columns(streams: list[ParquetStream]) -> set[str]:
     return out
 
 
-def spec_schema(spec: DataSpec, table_rows: int, multi_hot: set[str], sequence_sizes: dict[str, int] | None = None) -> FeatureSchema:
+def spec_schema(
+    spec: DataSpec, table_rows: int, multi_hot: set[str], sequence_sizes: dict[str, int] | None = None
+) -> FeatureSchema:
     """The model's feature schema for a data spec (ids are folded into ``table_rows`` rows)."""
     seq: list[CategoricalFeature] = [CategoricalFeature(SEQUENCE_SOURCE, max(len(spec.sequences), 1))]
     groups = []
@@ -199,4 +204,4 @@ class StreamLoader:
             self._thread.join(timeout=5)
 
 
-__all__ = ["StreamLoader", "USER_FEATURE", "open_streams", "spec_schema"]
+__all__ = ["USER_FEATURE", "StreamLoader", "open_streams", "spec_schema"]

@@ -61,7 +61,11 @@ class Rows:
     @staticmethod
     def concat(parts: list[Rows]) -> Rows:
         first = parts[0]
-        arrays = {k: np.concatenate([getattr(p, k) for p in parts]) for k, v in first.__dict__.items() if isinstance(v, np.ndarray)}
+        arrays = {
+            k: np.concatenate([getattr(p, k) for p in parts])
+            for k, v in first.__dict__.items()
+            if isinstance(v, np.ndarray)
+        }
         return Rows(**arrays, sparse={k: Jagged.concat([p.sparse[k] for p in parts]) for k in first.sparse})
 
 
@@ -120,11 +124,15 @@ class SourceReader:
             domain = np.array([self.domains.get(v, -1) for v in names], dtype=np.int64)
         else:
             domain = np.full(n, self.domains[s.name], dtype=np.int64)
-        labels = np.stack([_numbers(c[s.labels[t]], np.nan) if t in s.labels else np.full(n, np.nan) for t in self.tasks], 1)
+        labels = np.stack(
+            [_numbers(c[s.labels[t]], np.nan) if t in s.labels else np.full(n, np.nan) for t in self.tasks], 1
+        )
         bad = (domain < 0) | np.any((labels < 0) | (labels > 1), axis=1)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            self.stream.counters.add(int(bad.sum()), f"row {int(chunk.raw_row[row])}: unknown domain or label outside [0, 1]")
+            self.stream.counters.add(
+                int(bad.sum()), f"row {int(chunk.raw_row[row])}: unknown domain or label outside [0, 1]"
+            )
             self.stream._log_malformed()
         keep = np.flatnonzero(ok & ~bad)
         if len(keep) == 0:
@@ -146,7 +154,9 @@ class SourceReader:
             example_id=np.asarray(c[s.id].to_numpy(zero_copy_only=False), dtype=np.int64) if s.id else np.full(n, -1),
             domain=domain,
             sparse={f: _ids(c[f]) if f in s.sparse else one for f in self.sparse_names},
-            dense=np.stack([_numbers(c[f], 0.0) if f in s.dense else np.zeros(n) for f in self.dense_names], 1).astype(np.float32)
+            dense=np.stack([_numbers(c[f], 0.0) if f in s.dense else np.zeros(n) for f in self.dense_names], 1).astype(
+                np.float32
+            )
             if self.dense_names
             else np.zeros((n, 0), np.float32),
             labels=np.nan_to_num(labels, nan=0.0).astype(np.float32),
@@ -167,7 +177,9 @@ class SourceReader:
             if rows is None:
                 empty_units += 1
                 if empty_units > 2 * len(self.stream.units) + 2:
-                    raise InvalidData(self.spec.name, self.spec.timestamp, "has no usable rows (all malformed or sampled out)")
+                    raise InvalidData(
+                        self.spec.name, self.spec.timestamp, "has no usable rows (all malformed or sampled out)"
+                    )
                 continue
             empty_units = 0
             parts.append(rows)
@@ -191,7 +203,8 @@ class TimeMixer:
     def __init__(self, spec: DataSpec, streams: list[ParquetStream]) -> None:
         top = max(s.weight for s in spec.sources)
         self.readers = [
-            SourceReader(i, s, stream, spec, s.weight / top) for i, (s, stream) in enumerate(zip(spec.sources, streams, strict=True))
+            SourceReader(i, s, stream, spec, s.weight / top)
+            for i, (s, stream) in enumerate(zip(spec.sources, streams, strict=True))
         ]
 
     def take(self, n: int) -> Rows:
@@ -218,7 +231,10 @@ class TimeMixer:
             raise ValueError(f"the checkpoint's data position has no entry for source(s) {missing}")
         for r in self.readers:
             e, u, row, key_epoch, key = state[r.spec.name]
-            r.restore((int(e or 0), int(u or 0), int(row or 0)), (int(key_epoch or 0), float("-inf") if key is None else float(key)))
+            r.restore(
+                (int(e or 0), int(u or 0), int(row or 0)),
+                (int(key_epoch or 0), float("-inf") if key is None else float(key)),
+            )
 
     def malformed(self) -> dict[str, int]:
         return {r.spec.name: r.stream.counters.malformed for r in self.readers}

@@ -112,7 +112,10 @@ def sequence_embeddings(
     source = pad_jagged(ids, raw.lengths().to(padded[0].device), length)[..., 0].round().long()
     owner = {f: g for g, group in enumerate(groups) for f in group.features}
     emb = torch.stack(
-        [p * (source == owner[n]).unsqueeze(-1).to(p.dtype) if n in owner else p for n, p in zip(names, padded, strict=True)],
+        [
+            p * (source == owner[n]).unsqueeze(-1).to(p.dtype) if n in owner else p
+            for n, p in zip(names, padded, strict=True)
+        ],
         dim=2,
     )
     return emb, valid

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
@@ -26,14 +26,25 @@ from ..data.stores import DataUnavailable
 from ..data.stream_loader import StreamLoader, open_streams
 from ..models import FeatureSchema, ModelConfig
 
-if TYPE_CHECKING:
-    from .trainer import TrainArgs
+
+class DataArgs(Protocol):
+    """The trainer's arguments this module reads (``trainer.TrainArgs`` has them)."""
+
+    @property
+    def data(self) -> str: ...
+    @property
+    def data_spec(self) -> str | None: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+
 
 DATA_ERRORS = (InvalidData, DataUnavailable, DataSpecError)
 EXIT_DATA_ERROR = 3
 
 
-def build_data(args: TrainArgs, cfg: ModelConfig, shard: int, shards: int = 1) -> tuple[Any, FeatureSchema]:
+def build_data(args: DataArgs, cfg: ModelConfig, shard: int, shards: int = 1) -> tuple[Any, FeatureSchema]:
     """(loader with ``batch(step)``, the model's feature schema) for ``--data`` or ``--data-spec``."""
     if args.data_spec:
         spec = load_data_spec(args.data_spec)
@@ -109,4 +120,12 @@ def report_data_error(exc: BaseException, path: str | None = None) -> bool:
     return True
 
 
-__all__ = ["DATA_ERRORS", "EXIT_DATA_ERROR", "build_data", "data_state", "preflight", "report_data_error", "restore_data"]
+__all__ = [
+    "DATA_ERRORS",
+    "EXIT_DATA_ERROR",
+    "build_data",
+    "data_state",
+    "preflight",
+    "report_data_error",
+    "restore_data",
+]
