@@ -144,7 +144,7 @@ def test_shards_are_disjoint_complete_and_deterministic(tmp_path: Path) -> None:
     write(tmp_path / "feed", 400, start=0, row_group=40)
     write(tmp_path / "feed", 300, start=400, row_group=40)
     spec = parse_data_spec({"sources": [source(tmp_path / "feed")]})
-    for shards in (1, 2, 3, 40):  # 40 > 18 row groups: rows are striped instead
+    for shards in (1, 2, 3, 40):
         ids = []
         for shard in range(shards):
             stream = open_streams(spec, shard, shards)[0][0]

@@ -1,10 +1,13 @@
 """One Parquet dataset read as a time-ordered stream of row groups: checked, sharded, resumable.
 
 Units of work are row groups, ordered by the smallest timestamp their statistics record (then path
-and index), so a log written in time order streams in time order. A data-parallel rank takes every
-``shards``-th unit (or, when the dataset has fewer units than ranks, every ``shards``-th row of
-each unit): shards are disjoint and depend on nothing but the files. Rows of a unit are sorted by
-time (stable) when read. Memory: the columns of one unit at a time (plus what the caller buffers).
+and index), so a log written in time order streams in time order. A data-parallel rank keeps every
+``shards``-th row of every unit: shards are disjoint, depend on nothing but the files, and each
+covers the whole time range, so every shard sees the sources' mix as the stream has it (taking
+whole row groups per rank instead leaves time gaps as long as a row group of the sparsest source,
+and the mix of a window drifts by tens of points). The price: each rank decodes the needed
+columns of every row group. Rows of a unit are sorted by time (stable) when read. Memory: the
+columns of one unit at a time (plus what the caller buffers).
 
 The read position is ``(epoch, unit, row)`` in that order, counted in raw rows (malformed ones
 included), so it is exact after a restart whatever was skipped. Before anything is read, every
@@ -181,10 +184,7 @@ class ParquetStream:
                 units.append(Unit(frag.path, rg.id, rg.num_rows, _as_seconds(first)))
         units.sort(key=lambda u: (u.first_time, u.path, u.row_group))
         self.total_rows = sum(u.rows for u in units)
-        if len(units) >= shards:
-            self.units, self.row_stride = units[shard::shards], (0, 1)
-        else:
-            self.units, self.row_stride = units, (shard, shards)
+        self.units, self.row_stride = units, (shard, shards)
         self.shard, self.shards = shard, shards
 
     def read_unit(self, index: int) -> Chunk:

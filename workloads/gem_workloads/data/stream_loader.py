@@ -119,8 +119,7 @@ class StreamLoader:
         self.mixer = TimeMixer(spec, examples)
         self.history = SequenceHistory(spec.sequences, sequences) if spec.sequences else None
         self.schema = spec_schema(spec, table_rows, _list_columns(examples))
-        self.wait_seconds = 0.0
-        self.batches = 0
+        self.waits: list[float] = []  # seconds each batch() blocked on the queue (the first fills the pipeline)
         self._state: dict[str, Any] = {"sources": self.mixer.state(), "examples": 0}
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(prefetch, 1))
         self._thread: threading.Thread | None = None
@@ -175,11 +174,10 @@ class StreamLoader:
             self._thread.start()
         start = time.perf_counter()
         item = self._queue.get()
-        self.wait_seconds += time.perf_counter() - start
+        self.waits.append(time.perf_counter() - start)
         if isinstance(item, BaseException):
             raise item
         batch, self._state = item
-        self.batches += 1
         self._next_step = step + 1
         return batch  # type: ignore[no-any-return]
 
@@ -194,6 +192,10 @@ class StreamLoader:
         self.mixer.restore(dict(state["sources"]))
         self._state = {"sources": self.mixer.state(), "examples": int(state.get("examples", 0))}
         self._next_step = step + 1
+
+    @property
+    def wait_seconds(self) -> float:
+        return sum(self.waits)
 
     def malformed(self) -> dict[str, int]:
         return self.mixer.malformed()
