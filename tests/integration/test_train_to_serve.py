@@ -101,7 +101,7 @@ def _training() -> dict[str, Any]:
             "gpusPerNode": 2,
             "checkpoint": {"uri": f"s3://{BUCKET}/checkpoints/e2e", "intervalSteps": 100},
             "export": {"uri": f"s3://{BUCKET}/models/e2e", "holdoutExamples": HOLDOUT},
-            "training": {"preset": "tiny", "data": "movielens", "steps": 40},
+            "training": {"preset": "tiny", "data": {"builtin": "movielens"}, "steps": 40},
             "failurePolicy": {"maxRestarts": 0},
             "workload": {
                 "image": "ghcr.io/gem-dev/gem-workloads:0.1.0",

@@ -12,6 +12,7 @@ from typing import Annotated, Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from gem_operator.api.common import ARG_MAX, URI_MAX, ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.data import TrainingData
 from gem_operator.api.mesh import MAX_WORLD_SIZE, MESH_DIMS, Mesh
 from gem_operator.api.pod_template import check_main_container
 
@@ -215,6 +216,20 @@ class ExportSpec(ApiModel):
     holdout_examples: int = Field(
         default=20_000, ge=1, le=10_000_000, description="Time-ordered holdout examples every version is scored on."
     )
+    holdout_sources: dict[
+        str,
+        Annotated[
+            str,
+            Field(
+                pattern=r"^(s3|gs|https?|file)://.+|^/.+", max_length=URI_MAX, description="The source's later data."
+            ),
+        ],
+    ] = Field(
+        default_factory=dict,
+        description="With training.data.sources: each source's later data (source name -> Parquet URI, e.g. the "
+        "next day's partition), read as the training reads the source: the time-ordered holdout every version is "
+        "scored on. Every source once.",
+    )
     credentials_secret_ref: SecretRef | None = Field(
         default=None,
         description="Secret with object-store credentials for uri (envFrom, like the checkpoint's); default: the "
@@ -247,7 +262,11 @@ class TrainingJob(ApiModel):
     """What the pods train (passed to python -m gem_workloads.training)."""
 
     preset: str = Field(default="tiny", pattern=r"^[a-z0-9-]+$", max_length=63, description="Model preset name.")
-    data: Literal["synthetic", "movielens"] = Field(default="synthetic", description="Dataset.")
+    data: TrainingData = Field(
+        default_factory=TrainingData,
+        description="What to train on: a built-in dataset, or Parquet sources (and sequence sources) as "
+        "python -m gem_workloads.training --data-spec reads them.",
+    )
     steps: int = Field(default=1000, ge=1, le=100_000_000, description="Training steps.")
 
     command: list[Annotated[str, Field(min_length=1, max_length=ARG_MAX)]] | None = Field(
@@ -341,12 +360,27 @@ class GEMTrainingSpec(ApiModel):
         check_main_container(self.workload.pod_template, "trainer")
         if self.training.command is not None and self.workload.image is None:
             raise ValueError(OWN_TRAINER_MESSAGE)
+        self._holdout_names_sources()
         if self.embedding_sharding_group is not None and world % self.embedding_sharding_group != 0:
             raise ValueError(
                 f"embeddingShardingGroup ({self.embedding_sharding_group}) must divide the world size "
                 f"({world}); pick a divisor such as {self.nproc_per_node}"
             )
         return self
+
+    def _holdout_names_sources(self) -> None:
+        """export.holdoutSources names exactly the data spec's sources (the built-in datasets need none)."""
+        if self.export is None or self.training.command is not None:
+            return
+        names = [s.name for s in self.training.data.sources or []]
+        given = sorted(self.export.holdout_sources)
+        if names and given != sorted(names):
+            raise ValueError(
+                f"export.holdoutSources must give the later data of every source {names} (the holdout each "
+                f"version is scored on), got {given}"
+            )
+        if not names and given:
+            raise ValueError("export.holdoutSources is for training.data.sources; the built-in datasets have theirs")
 
 
 class TierUsage(ApiModel):

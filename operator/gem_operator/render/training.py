@@ -34,6 +34,8 @@ APP = "gem-training"
 ROLE_WORKER = "worker"
 ROLE_RENDEZVOUS = "rdzv"
 ROLE_CONFIG = "config"
+DATA_SPEC_KEY = "data-spec.json"
+"""ConfigMap key of the data spec the trainer reads with --data-spec (spec.training.data with sources)."""
 CONFIG_MOUNT = "/etc/gem"
 LABEL_NODE_RANK = "gem.dev/node-rank"
 # Held on every pod of a placed gang until all of its pods exist (all-or-nothing).
@@ -93,7 +95,7 @@ def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[s
         "name": owner.name,
         "namespace": owner.namespace,
         "preset": spec.training.preset,
-        "data": spec.training.data,
+        "data": "sources" if spec.training.data.uses_sources else spec.training.data.builtin_name,
         "steps": spec.training.steps,
         "checkpoint": spec.checkpoint.to_wire(),
         "mesh": spec.parallelism.mesh.as_dict(),
@@ -170,6 +172,7 @@ def trainer_args(spec: GEMTrainingSpec) -> list[str]:
             str(export.interval_steps),
             "--holdout-examples",
             str(export.holdout_examples),
+            *(f"--holdout-source={name}={uri}" for name, uri in sorted(export.holdout_sources.items())),
         ]
     )
     return [
@@ -177,8 +180,7 @@ def trainer_args(spec: GEMTrainingSpec) -> list[str]:
         "gem_workloads.training",
         "--preset",
         job.preset,
-        "--data",
-        job.data,
+        *_data_args(spec),
         "--steps",
         str(job.steps),
         "--checkpoint-dir",
@@ -236,6 +238,7 @@ def _pod(
     if spec.checkpoint.object_store:
         _object_store_checkpoints(pod_spec, spec, resume_from, peers, node_cache)
     _export_credentials(pod_spec["containers"][0], spec)
+    _data_credentials(pod_spec, spec)
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     if node_name:
@@ -267,6 +270,26 @@ def _export_credentials(trainer: dict[str, Any], spec: GEMTrainingSpec) -> None:
     sources = trainer.setdefault("envFrom", [])
     if {"secretRef": {"name": ref.name}} not in sources:
         sources.append({"secretRef": {"name": ref.name}})
+
+
+def _data_args(spec: GEMTrainingSpec) -> list[str]:
+    """``--data-spec`` on the ConfigMap's data-spec.json for Parquet sources, else ``--data`` and the built-in name."""
+    data = spec.training.data
+    if data.uses_sources:
+        return ["--data-spec", f"{CONFIG_MOUNT}/{DATA_SPEC_KEY}"]
+    return ["--data", data.builtin_name]
+
+
+def _data_credentials(pod_spec: dict[str, Any], spec: GEMTrainingSpec) -> None:
+    """Each data source's Secret through envFrom, prefixed GEM_DATA_<NAME>_ (the trainer looks there first)."""
+    trainer = pod_spec["containers"][0]
+    for ds in spec.training.data.datasets():
+        if ds.credentials_secret_ref is None:
+            continue
+        prefix = "GEM_DATA_" + ds.name.upper().replace("-", "_") + "_"
+        trainer.setdefault("envFrom", []).append(
+            {"prefix": prefix, "secretRef": {"name": ds.credentials_secret_ref.name}}
+        )
 
 
 def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
@@ -381,15 +404,18 @@ def render_training(
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
     if len(nodes) != spec.num_nodes:
         raise ValueError(f"placement has {len(nodes)} nodes, the gang needs {spec.num_nodes}")
+    files = {
+        "config.json": json.dumps(_config(owner, spec, embedding_group), indent=2, sort_keys=True),
+        "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
+        "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
+    }
+    if spec.training.data.uses_sources:
+        files[DATA_SPEC_KEY] = json.dumps(spec.training.data.trainer_spec(), indent=2, sort_keys=True)
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(owner, child_name(owner, ROLE_CONFIG), ROLE_CONFIG, APP),
-        "data": {
-            "config.json": json.dumps(_config(owner, spec, embedding_group), indent=2, sort_keys=True),
-            "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
-            "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
-        },
+        "data": files,
     }
     pods = (
         []

@@ -14,7 +14,8 @@ the same AUC.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,6 +25,7 @@ from torch import nn
 
 from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
 from ..data.blocks import ExampleBlock, Jagged, collate
+from ..data.spec import DataSpec, parse_data_spec
 from ..models import FeatureSchema, ModelConfig
 from .metrics import auc
 
@@ -90,10 +92,54 @@ def synthetic_holdout(cfg: ModelConfig, seed: int, limit: int) -> Holdout:
     return Holdout(blocks, f"synthetic: {total} examples from a stream training never samples")
 
 
-def build_holdout(data: str, cfg: ModelConfig, seed: int, limit: int) -> Holdout:
-    """The holdout of ``--data`` (see the module docstring); ``limit`` caps its examples."""
+def data_spec_holdout(spec: DataSpec, cfg: ModelConfig, limit: int) -> Holdout:
+    """The first ``limit`` examples of one pass over ``spec`` (the sources' later data), mixed by time as
+    training mixes its stream, histories joined from the sequence sources at each example's time."""
+    from ..data.stream_loader import StreamLoader
+
+    loader = StreamLoader(spec, EVAL_BATCH, cfg.seq_len, cfg.max_table_rows, prefetch=1)
+    blocks: list[ExampleBlock] = []
+    total = 0
+    try:
+        while total < limit:
+            rows = loader.next_rows()
+            fresh = np.flatnonzero(rows.epoch == 0)
+            take = fresh[: limit - total]
+            if take.size:
+                blocks.append(loader.block(rows.take(take)))
+                total += int(take.size)
+            if fresh.size < rows.size:
+                break  # the stream wrapped around: every holdout example is in
+    finally:
+        loader.close()
+    names = ", ".join(s.name for s in spec.sources)
+    return Holdout(blocks, f"data spec: the later data of {names} ({total} examples)")
+
+
+def holdout_spec(spec: DataSpec, uris: Mapping[str, str]) -> DataSpec:
+    """The training data spec with every source read from its later data (``uris``: source name -> URI)."""
+    names = [s.name for s in spec.sources]
+    unknown = sorted(set(uris) - set(names))
+    missing = [n for n in names if n not in uris]
+    if unknown or missing:
+        raise ValueError(
+            f"--holdout-source: give NAME=URI for every source of the data spec ({names}); "
+            + (f"missing {missing}" if missing else f"unknown {unknown}")
+        )
+    return replace(spec, sources=tuple(replace(s, uri=uris[s.name]) for s in spec.sources))
+
+
+def build_holdout(data: str, cfg: ModelConfig, seed: int, limit: int, spec: DataSpec | None = None) -> Holdout:
+    """The holdout of ``--data`` or of a data spec's later data (see the module docstring); ``limit`` caps it."""
     if limit < 1:
         raise ValueError(f"--holdout-examples must be >= 1, got {limit}")
+    if spec is not None:
+        from ..data.spec import spec_to_json
+
+        holdout = data_spec_holdout(spec, cfg, limit)
+        return replace(
+            holdout, recipe={"data": "spec", "spec": json.loads(spec_to_json(spec)), "seed": seed, "limit": limit}
+        )
     if data == "movielens":
         holdout = movielens_holdout(cfg, limit)
     elif data == "synthetic":
@@ -173,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gem_workloads.training.holdout MODEL_DIR OUT``: an exported version's holdout as labelled
     requests (JSONL), rebuilt from the recipe its gem-model.json records."""
     import argparse
-    import json
     from pathlib import Path
 
     from ..models.model_dir import MODEL_FILE, config_from_dict, schema_from_dict
@@ -186,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     recipe = meta.get("holdoutRecipe")
     if not isinstance(recipe, dict):
         raise SystemExit(f"{args.model_dir}/{MODEL_FILE}: no holdoutRecipe (not an exported version)")
-    holdout = build_holdout(recipe["data"], config_from_dict(meta["config"]), int(recipe["seed"]), int(recipe["limit"]))
+    spec = parse_data_spec(recipe["spec"]) if recipe.get("data") == "spec" else None
+    cfg = config_from_dict(meta["config"])
+    holdout = build_holdout(str(recipe["data"]), cfg, int(recipe["seed"]), int(recipe["limit"]), spec)
     schema = schema_from_dict(meta["schema"])
     with open(args.out, "w") as out:
         for line in request_lines(holdout, schema):

@@ -15,7 +15,7 @@ from ..models import FeatureSchema, ModelConfig
 from .checkpoint import Checkpoints
 from .env import TrainingEnv
 from .export import Exporter, local_checkpoint
-from .holdout import build_holdout
+from .holdout import build_holdout, holdout_spec
 
 
 class ExportArgs(Protocol):
@@ -31,6 +31,10 @@ class ExportArgs(Protocol):
     def seed(self) -> int: ...
     @property
     def holdout_examples(self) -> int: ...
+    @property
+    def data_spec(self) -> str | None: ...
+    @property
+    def holdout_sources(self) -> tuple[tuple[str, str], ...]: ...
 
 
 log = logging.getLogger("gem_workloads.training")
@@ -51,7 +55,12 @@ def make_exporter(
         raise ValueError("--export needs --checkpoint-dir (or GEM_CHECKPOINT_URI): versions are read from checkpoints")
     if rank != 0:
         return None
-    holdout = build_holdout(args.data, config, args.seed, args.holdout_examples)
+    spec = None
+    if args.data_spec:
+        from ..data.spec import load_data_spec
+
+        spec = holdout_spec(load_data_spec(args.data_spec), dict(args.holdout_sources))
+    holdout = build_holdout(args.data, config, args.seed, args.holdout_examples, spec)
     job = str(env.config.get("name", "gem-train"))
     return Exporter(args.export_uri, kind=args.model, config=config, schema=schema, holdout=holdout, job=job)
 

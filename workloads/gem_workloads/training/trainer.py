@@ -50,12 +50,12 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
 from ..models import Batch, FeatureSchema, KunlunModel, ModelConfig, RankingModel, build_model, get_preset
 from ..models.common import pooled_tokens, sequence_embeddings
 from .checkpoint import open_checkpoints
 from .dense import DenseRunner
 from .env import TrainingEnv, require_supported_mesh
+from .inputs import build_data, data_state, restore_data
 from .metrics import AUCWindow, PrometheusMetrics, peak_flops
 from .parallel import apply_fsdp, build_parallel, check_mesh_fits
 from .pipeline import prune_to_stage, split_layers
@@ -70,6 +70,7 @@ class TrainArgs:
     preset: str = "tiny"
     model: str = "kunlun"
     data: str = "synthetic"
+    data_spec: str | None = None  # a data spec file (Parquet sources); replaces ``data``
     steps: int = 100
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -86,27 +87,12 @@ class TrainArgs:
     export_uri: str | None = None  # versioned model exports (publishing.py)
     export_every: int = 0  # steps between exports; 0: at the end only
     holdout_examples: int = 20_000
+    holdout_sources: tuple[tuple[str, str], ...] = ()  # data spec: (source name, URI of its later data)
 
 
 def masked_bce(logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
     loss = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="none")
     return (loss * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def build_data(args: TrainArgs, cfg: ModelConfig, shard: int) -> tuple[MixingLoader, FeatureSchema]:
-    if args.data == "synthetic":
-        universe = SyntheticUniverse(SyntheticConfig(seq_len=cfg.seq_len, seed=args.seed))
-        schema = cap_schema(universe.schema, cfg.max_table_rows)
-        sources = [universe.domain(i) for i in range(len(universe.cfg.domains))]
-        weights = [d.weight for d in universe.cfg.domains]
-        return MixingLoader(sources, weights, args.batch_size, seed=args.seed, shard=shard, schema=schema), schema
-    if args.data == "movielens":
-        ml = MovieLens(seq_len=cfg.seq_len)
-        schema = cap_schema(ml.schema, cfg.max_table_rows)
-        return MixingLoader(
-            [ml.source("train")], [1.0], args.batch_size, seed=args.seed, shard=shard, schema=schema
-        ), schema
-    raise ValueError(f"--data must be 'synthetic' or 'movielens', got {args.data!r}")
 
 
 def _sharding_types(device: torch.device) -> list[str]:
@@ -289,7 +275,7 @@ class Trainer(Publishing):
         self.par = build_parallel(env, self.device.type)
         self.mesh = self.par.world
         # Ranks that differ only in pp, cp or tp train on the same batch.
-        self.loader, self.schema = build_data(args, cfg, shard=self.par.data_shard)
+        self.loader, self.schema = build_data(args, cfg, self.par.data_shard, self.par.data_shards)
         torch.manual_seed(args.seed)
         self.model = build_model(args.model, cfg, self.schema, device=torch.device("meta"))
         self.first_stage = self.par.pp_rank == 0
@@ -341,6 +327,9 @@ class Trainer(Publishing):
             "sparse_optim": sparse["state"],
             "progress": {"step": torch.tensor(self.step, dtype=torch.int64)},
         }
+        data = data_state(self.loader, self.par.data_shard, self.par.data_shards)  # streams: the read position
+        if data is not None:
+            state["data"] = data
         return state, sparse
 
     def _prime_dense_optimizer(self) -> None:
@@ -377,6 +366,7 @@ class Trainer(Publishing):
         if self.first_stage:
             self.dmp.fused_optimizer.load_state_dict(sparse)
         self.step = int(state["progress"]["step"])
+        restore_data(self.loader, state.get("data"), self.par.data_shard, self.par.data_shards, self.step)
         self._emit(
             {"event": "resumed", "step": self.step, "path": str(path), "param_checksum": param_checksum(self.dmp)}
         )
@@ -410,7 +400,8 @@ class Trainer(Publishing):
         sparse = self.dmp.module.sparse
         schema, cfg = self.schema, self.config
         user = pooled_tokens(sparse.user, batch.user.categorical, schema.user_names)
-        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len)
+        groups = schema.sequence_groups
+        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len, groups)
         item = pooled_tokens(sparse.item, batch.candidate.categorical, schema.item_names)
         return user, seq, item
 
@@ -431,7 +422,7 @@ class Trainer(Publishing):
             "model": self.args.model,
             "preset": self.config.name,
             "comp_skip": self.config.comp_skip,
-            "data": self.args.data,
+            "data": self.args.data_spec or self.args.data,
             "device": str(self.device),
             "rank_map_nodes": nodes,
             "metrics_port": self.prom.port if self.prom else None,
@@ -483,6 +474,8 @@ class Trainer(Publishing):
         if final:
             self.save()
         done = {"event": "done", "step": self.step, "param_checksum": param_checksum(self.dmp)}
+        if hasattr(self.loader, "malformed"):  # data spec: malformed rows skipped, per source (this rank's)
+            done.update(malformed_rows=self.loader.malformed(), data_wait_s=round(self.loader.wait_seconds, 3))
         self._emit({**done, **self.final_export()})
         return records
 
@@ -528,6 +521,8 @@ class Trainer(Publishing):
         return None if torch.isnan(t) else float(t)
 
     def close(self) -> None:
+        if hasattr(self.loader, "close"):
+            self.loader.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
