@@ -1,8 +1,11 @@
 """Train, export, serve, replay, for real, on one machine: the served scores' AUC is the offline eval's.
 
-A GEMTraining of two gloo processes (one pod, torchrun) runs on the embedded cluster's process
-kubelet, with checkpoints and exports in an S3 endpoint (moto); its trainer exports a version
-scored on the time-ordered holdout, which the operator learns from the pod's termination message.
+MovieLens-100k and a generated multi-domain ads log (three surfaces, CTR and CVR, purchases and
+posts as event sources with different features) are written as Parquet to an S3 endpoint (moto),
+each example source cut in time into training data and later data (gem_testbed.drivers.logs). A
+GEMTraining of two gloo processes (one pod, torchrun) trains on them on the embedded cluster's
+process kubelet, with checkpoints and exports in the same endpoint; its trainer exports a version
+scored on the later data, which the operator learns from the pod's termination message.
 A RankingService naming ``model.fromTraining: latest`` loads that version with the real loader
 from the same endpoint and serves it; the replayer sends the version's holdout as labelled
 requests through the Service, and the AUC of the served scores must equal the trainer's.
@@ -30,6 +33,7 @@ from gem_operator.api.crd import gem_crds  # noqa: E402
 from gem_operator.cli.operator import OperatorOptions, OperatorThread  # noqa: E402
 from gem_testbed.cluster import EmbeddedCluster  # noqa: E402
 from gem_testbed.drivers.demo import PEERING_NAME, peering_object  # noqa: E402
+from gem_testbed.drivers.logs import Logs, upload, write_logs  # noqa: E402
 from gem_testbed.kubelets.lifecycle import LifecycleConfig  # noqa: E402
 from gem_testbed.kubelets.processes import PROCESS_KINDS, ProcessConfig  # noqa: E402
 
@@ -44,6 +48,17 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def logs(tmp_path: Path, s3_env: dict[str, str]) -> Logs:
+    """The two datasets as Parquet in the bucket, split in time; the data spec block that reads them."""
+    import boto3
+
+    written = write_logs(tmp_path / "logs", f"s3://{BUCKET}/logs")
+    client = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    assert upload(tmp_path / "logs", BUCKET, "logs", client) > 10
+    return written
 
 
 @pytest.fixture
@@ -91,7 +106,7 @@ def cluster(tmp_path: Path, s3_env: dict[str, str], monkeypatch: pytest.MonkeyPa
         yield c
 
 
-def _training() -> dict[str, Any]:
+def _training(logs: Logs) -> dict[str, Any]:
     return {
         "apiVersion": GEM,
         "kind": "GEMTraining",
@@ -100,8 +115,12 @@ def _training() -> dict[str, Any]:
             "parallelism": {"dpShard": 2},
             "gpusPerNode": 2,
             "checkpoint": {"uri": f"s3://{BUCKET}/checkpoints/e2e", "intervalSteps": 100},
-            "export": {"uri": f"s3://{BUCKET}/models/e2e", "holdoutExamples": HOLDOUT},
-            "training": {"preset": "tiny", "data": {"builtin": "movielens"}, "steps": 40},
+            "export": {
+                "uri": f"s3://{BUCKET}/models/e2e",
+                "holdoutExamples": HOLDOUT,
+                "holdoutSources": logs.holdout_sources,
+            },
+            "training": {"preset": "tiny", "data": logs.data, "steps": 40},
             "failurePolicy": {"maxRestarts": 0},
             "workload": {
                 "image": "ghcr.io/gem-dev/gem-workloads:0.1.0",
@@ -154,11 +173,11 @@ def _holdout_requests(uri: str, work: Path) -> Path:
     return out
 
 
-def test_trained_version_serves_with_the_offline_auc(cluster: EmbeddedCluster, tmp_path: Path) -> None:
+def test_trained_version_serves_with_the_offline_auc(cluster: EmbeddedCluster, logs: Logs, tmp_path: Path) -> None:
     operator = OperatorThread(OperatorOptions(namespaces=("default",), peering_name=PEERING_NAME))
     operator.start()
     try:
-        cluster.apply(_training())
+        cluster.apply(_training(logs))
         cluster.apply(_ranker())
 
         def exported() -> list[dict[str, Any]]:
@@ -169,7 +188,8 @@ def test_trained_version_serves_with_the_offline_auc(cluster: EmbeddedCluster, t
         models = cluster.wait_for(exported, timeout=240, interval=1.0)
         assert [m["version"] for m in models] == [1]
         offline = models[0]["eval"]
-        assert set(offline) == {"like", "love"} and all(m["examples"] == HOLDOUT for m in offline.values())
+        assert set(offline) == {"ctr", "cvr", "like", "love"}  # the two datasets' tasks, one model
+        assert sum(offline[t]["examples"] for t in ("ctr", "like")) == HOLDOUT  # every example has one of them
 
         def ready() -> bool:
             status = _status(cluster, "RankingService", "e2e-ranker")
@@ -177,6 +197,7 @@ def test_trained_version_serves_with_the_offline_auc(cluster: EmbeddedCluster, t
 
         cluster.wait_for(ready, timeout=120, interval=1.0)
         url = cluster.wait_for(lambda: cluster.service_url("default", "e2e-ranker-server"), timeout=30)
+        assert url is not None
         requests = _holdout_requests(models[0]["uri"], tmp_path)
         replay = subprocess.run(
             [sys.executable, "-m", "gem_workloads.replay", "--url", url, "--labelled", str(requests)],
