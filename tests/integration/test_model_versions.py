@@ -38,8 +38,15 @@ def _ranker(name: str, training: str) -> dict[str, Any]:
     return doc
 
 
-def _model_uri(cluster: EmbeddedCluster, name: str) -> str | None:
-    deployment = cluster.get("apps/v1", "Deployment", f"{name}-server", "default")
+def _precompute(training: str, version: int) -> dict[str, Any]:
+    doc = _sample("solarisprecompute")
+    doc["spec"]["model"] = {"fromTraining": {"name": training, "version": version}}
+    doc["spec"]["autoscaling"]["enabled"] = False
+    return doc
+
+
+def _model_uri(cluster: EmbeddedCluster, name: str, role: str = "server") -> str | None:
+    deployment = cluster.get("apps/v1", "Deployment", f"{name}-{role}", "default")
     if deployment is None:
         return None
     containers = deployment["spec"]["template"]["spec"]["containers"]
@@ -88,6 +95,7 @@ def test_versions_are_learned_and_served_by_version(
     assert gemt["status"]["models"][0] == _version(1, 100)
 
     cluster.apply(_ranker("ads-ranker", "gem-pretrain"))
+    cluster.apply(_precompute("gem-pretrain", 1))  # pinned to version 1: it stays there
     cluster.wait_for(lambda: _model_uri(cluster, "ads-ranker") == f"{EXPORTS}/v1", timeout=30)
 
     # The restarted gang exports v2: latest moves to it, and the Deployment rolls.
@@ -95,6 +103,7 @@ def test_versions_are_learned_and_served_by_version(
     cluster.fail_pod("default", _running_worker(cluster), message=json.dumps(second))
     cluster.wait_for(lambda: models() == [1, 2], timeout=30)
     cluster.wait_for(lambda: _model_uri(cluster, "ads-ranker") == f"{EXPORTS}/v2", timeout=30)
+    assert _model_uri(cluster, "ads-precompute", "precompute") == f"{EXPORTS}/v1"
     ranker = cluster.get(GEM, "RankingService", "ads-ranker", "default") or {}
     assert ranker["status"]["model"] == {"uri": f"{EXPORTS}/v2", "training": "gem-pretrain", "version": 2}
     wait_for_events({("gem-pretrain", "ModelExported"), ("ads-ranker", "ModelRollout")})
