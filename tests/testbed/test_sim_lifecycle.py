@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -128,6 +129,40 @@ def test_deployment_scales_up_and_down_and_reports_status(cluster: EmbeddedClust
     cluster.wait_for(lambda: [p for p in cluster.list("v1", "Pod", "default") if p["metadata"]["name"] != names[0]])
     cluster.delete("apps/v1", "Deployment", "ranker", "default")
     cluster.wait_for(lambda: not cluster.list("v1", "Pod", "default"), timeout=5)
+
+
+def test_deployment_rolls_out_keeping_old_pods_until_new_ones_are_ready(cluster: EmbeddedCluster, api: Any) -> None:
+    """maxUnavailable 0, maxSurge 1 (what the operator renders): the old pod serves until its successor is Ready."""
+    first = deployment(1, image="ranker:1")
+    first["spec"]["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    cluster.apply(first)
+    old = cluster.wait_for(
+        lambda: [p for p in cluster.list("v1", "Pod", "default") if condition(p, "Ready").get("status") == "True"]
+    )[0]
+    second = copy.deepcopy(first)
+    second["spec"]["template"]["spec"]["containers"][0]["image"] = "ranker:2"
+    second["spec"]["template"]["spec"]["readinessGates"] = [{"conditionType": "gem.dev/ModelLoaded"}]
+    cluster.apply(second)
+    new = cluster.wait_for(
+        lambda: [
+            p
+            for p in cluster.list("v1", "Pod", "default")
+            if p["metadata"]["name"] != old["metadata"]["name"]
+            and condition(p, "ContainersReady").get("status") == "True"
+        ]
+    )[0]
+    names = {p["metadata"]["name"] for p in cluster.list("v1", "Pod", "default")}
+    assert names == {old["metadata"]["name"], new["metadata"]["name"]}  # a surge of one, the old one kept
+    d = cluster.get("apps/v1", "Deployment", "ranker", "default") or {}
+    assert d["status"]["readyReplicas"] == 1 and d["status"]["updatedReplicas"] == 1
+    loaded = {"type": "gem.dev/ModelLoaded", "status": "True"}
+    api.merge(
+        f"{PODS}/{new['metadata']['name']}/status", {"status": {"conditions": [*new["status"]["conditions"], loaded]}}
+    )
+    cluster.wait_for(
+        lambda: [p["metadata"]["name"] for p in cluster.list("v1", "Pod", "default")] == [new["metadata"]["name"]],
+        timeout=5,
+    )
 
 
 def test_daemonset_runs_one_pod_per_matching_node(cluster: EmbeddedCluster) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Self
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 # ApiModel is re-exported: the kinds' modules import it from here.
 from gem_operator.api.base import ApiModel as ApiModel
@@ -30,6 +30,7 @@ URI_MAX = 2048
 DNS_SUBDOMAIN_MAX = 253
 ARG_MAX = 4096
 ENV_VALUE_MAX = 32768
+MODEL_SOURCE_MESSAGE = "set exactly one of model.uri and model.fromTraining"
 
 
 class ConditionStatus(StrEnum):
@@ -208,13 +209,64 @@ class LoaderSettings(ApiModel):
     peer_cache: bool = Field(default=True, description="Fetch from peers that hold the model first.")
 
 
-class ModelSource(ApiModel):
-    """Where the model comes from. Credentials only through a Secret reference, never inline."""
+def _model_version(value: object) -> int | str:
+    if value == "latest":
+        return "latest"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"must be a version number or 'latest', not {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"must be a version number or 'latest', not {value!r}") from None
+    if number < 1:
+        raise ValueError(f"version numbers start at 1, got {number}")
+    return number
 
-    uri: str = Field(
+
+#: A model version: a number (1, 2, ...) or "latest".
+ModelVersion = Annotated[
+    int | str,
+    BeforeValidator(_model_version),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "description": "A version number (1, 2, ...) or latest."}),
+]
+
+
+class TrainingModelRef(ApiModel):
+    """A model a GEMTraining (same namespace) exported: the operator resolves it to that version's URI."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=DNS_SUBDOMAIN_MAX,
+        description="Name of the GEMTraining.",
+    )
+    version: ModelVersion = Field(
+        default="latest",
+        description="A version from the GEMTraining's status.models, or latest (a newer version then rolls out, "
+        "the old one serving until the new pods are Ready).",
+    )
+
+
+class ModelSource(ApiModel):
+    """Where the model comes from: a URI, or a GEMTraining's exported version. Credentials only through a
+    Secret reference, never inline."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "has(self.uri) != has(self.fromTraining)", "message": MODEL_SOURCE_MESSAGE}
+            ]
+        }
+    )
+
+    uri: str | None = Field(
+        default=None,
         pattern=r"^(s3|gs|https?|file)://.+|^/.+",
         max_length=URI_MAX,
         description="Origin of the model: s3://, gs://, http(s)://, file:// or an absolute path.",
+    )
+    from_training: TrainingModelRef | None = Field(
+        default=None,
+        description="A version a GEMTraining exported (spec.export), instead of uri.",
     )
     manifest_uri: str | None = Field(
         default=None, max_length=URI_MAX, description="SHA-256 manifest (default: <uri>/manifest.json)."
@@ -223,3 +275,20 @@ class ModelSource(ApiModel):
         default=None, description="Secret with object-store credentials (AWS_* or GOOGLE_* keys)."
     )
     loader: LoaderSettings = Field(default_factory=LoaderSettings, description="Loader tuning.")
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> Self:
+        if (self.uri is None) == (self.from_training is None):
+            raise ValueError(MODEL_SOURCE_MESSAGE)
+        return self
+
+    @property
+    def origin(self) -> str:
+        """The URI to load; a ``fromTraining`` reference must have been resolved (``resolved``) first."""
+        if self.uri is None:
+            raise ValueError("model.fromTraining is not resolved to a URI yet")
+        return self.uri
+
+    def resolved(self, uri: str) -> ModelSource:
+        """This source with ``uri`` set (what a resolved ``fromTraining`` reference points at)."""
+        return self.model_copy(update={"uri": uri, "from_training": None})

@@ -207,6 +207,15 @@ class PoolStatus(ApiModel):
     autoscaling: AutoscalingStatus | None = Field(
         default=None, description="Effective SM target, last p99 and panic state of the built-in autoscaler."
     )
+    model: ServedModel | None = Field(default=None, description="The model the pods are given.")
+
+
+class ServedModel(ApiModel):
+    """The model a pool's pods load: its URI and, for model.fromTraining, the version it resolved to."""
+
+    uri: str = Field(description="What the loader pulls.")
+    training: str | None = Field(default=None, description="The GEMTraining that exported it.")
+    version: int | None = Field(default=None, description="The exported version.")
 
 
 class RankingServiceStatus(PoolStatus):
@@ -229,6 +238,7 @@ __all__ = [
     "RankingServiceSpec",
     "RankingServiceStatus",
     "ReplicaPoolSpec",
+    "ServedModel",
     "SloSpec",
     "SolarisPrecomputeSpec",
     "SolarisPrecomputeStatus",

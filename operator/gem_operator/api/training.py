@@ -7,11 +7,12 @@ parallelism is folded into dp_shard x cp (ep must divide it), so it adds no dime
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from gem_operator.api.common import URI_MAX, ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.common import ARG_MAX, URI_MAX, ApiModel, Condition, SecretRef, Workload
+from gem_operator.api.data import TrainingData
 from gem_operator.api.mesh import MAX_WORLD_SIZE, MESH_DIMS, Mesh
 from gem_operator.api.pod_template import check_main_container
 
@@ -201,6 +202,45 @@ class CheckpointSpec(ApiModel):
         return self.uri.startswith(("s3://", "gs://"))
 
 
+class ExportSpec(ApiModel):
+    """Where the built-in trainer exports versioned models, and how often (status.models lists them)."""
+
+    uri: str = Field(
+        pattern=r"^(s3|gs|file)://.+|^/.+",
+        max_length=URI_MAX,
+        description="s3://, gs://, file:// or an absolute path on a shared volume; versions go to URI/v<N>/.",
+    )
+    interval_steps: int = Field(
+        default=0, ge=0, le=10_000_000, description="Steps between exports; 0 exports at the end only."
+    )
+    holdout_examples: int = Field(
+        default=20_000, ge=1, le=10_000_000, description="Time-ordered holdout examples every version is scored on."
+    )
+    holdout_sources: dict[
+        str,
+        Annotated[
+            str,
+            Field(
+                pattern=r"^(s3|gs|https?|file)://.+|^/.+", max_length=URI_MAX, description="The source's later data."
+            ),
+        ],
+    ] = Field(
+        default_factory=dict,
+        description="With training.data.sources: each source's later data (source name -> Parquet URI, e.g. the "
+        "next day's partition), read as the training reads the source: the time-ordered holdout every version is "
+        "scored on. Every source once.",
+    )
+    credentials_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret with object-store credentials for uri (envFrom, like the checkpoint's); default: the "
+        "checkpoint's Secret.",
+    )
+
+    @property
+    def object_store(self) -> bool:
+        return self.uri.startswith(("s3://", "gs://"))
+
+
 class FailureScope(StrEnum):
     GANG = "Gang"
     REPLICA_GROUP = "ReplicaGroup"
@@ -222,8 +262,35 @@ class TrainingJob(ApiModel):
     """What the pods train (passed to python -m gem_workloads.training)."""
 
     preset: str = Field(default="tiny", pattern=r"^[a-z0-9-]+$", max_length=63, description="Model preset name.")
-    data: Literal["synthetic", "movielens"] = Field(default="synthetic", description="Dataset.")
+    data: TrainingData = Field(
+        default_factory=TrainingData,
+        description="What to train on: a built-in dataset, or Parquet sources (and sequence sources) as "
+        "python -m gem_workloads.training --data-spec reads them.",
+    )
     steps: int = Field(default=1000, ge=1, le=100_000_000, description="Training steps.")
+
+    command: list[Annotated[str, Field(min_length=1, max_length=ARG_MAX)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description=(
+            "Your own trainer instead of the built-in one, e.g. [python, /app/train.py]: run by the same torchrun "
+            "launch (torchrun --no-python COMMAND ARGS) with the same env (ranks, mesh shape and coordinates, "
+            "rank map, checkpoint and export URIs); needs workload.image. preset, data and steps are then unused."
+        ),
+    )
+    args: list[Annotated[str, Field(max_length=ARG_MAX)]] = Field(
+        default_factory=list, max_length=64, description="Arguments of command (then workload.args)."
+    )
+
+
+OWN_TRAINER_RULE = (
+    "!has(self.training) || !has(self.training.command) || has(self.workload) && has(self.workload.image)"
+)
+OWN_TRAINER_MESSAGE = (
+    "training.command runs your own trainer: set workload.image to the image that holds it (the default image "
+    "has only the built-in trainer)"
+)
 
 
 class GEMTrainingSpec(ApiModel):
@@ -242,6 +309,9 @@ class GEMTrainingSpec(ApiModel):
         description="True holds or removes the gang; with a Kueue queue label it also deactivates the Workload.",
     )
     training: TrainingJob = Field(default_factory=TrainingJob, description="What to train.")
+    export: ExportSpec | None = Field(
+        default=None, description="Versioned model exports that RankingService/SolarisPrecompute name by version."
+    )
     workload: Workload = Field(default_factory=Workload, description="Image, resources, env.")
     rendezvous_port: int = Field(default=29500, ge=1024, le=65535, description="MASTER_PORT.")
 
@@ -251,7 +321,11 @@ class GEMTrainingSpec(ApiModel):
                 {
                     "rule": "self.parallelism.tp <= self.gpusPerNode",
                     "message": "parallelism.tp must be <= gpusPerNode: a tensor-parallel group never leaves a host",
-                }
+                },
+                {
+                    "rule": OWN_TRAINER_RULE,
+                    "message": OWN_TRAINER_MESSAGE,
+                },
             ]
         }
     )
@@ -284,12 +358,29 @@ class GEMTrainingSpec(ApiModel):
             raise ValueError(problems[0])
         world = self.parallelism.product
         check_main_container(self.workload.pod_template, "trainer")
+        if self.training.command is not None and self.workload.image is None:
+            raise ValueError(OWN_TRAINER_MESSAGE)
+        self._holdout_names_sources()
         if self.embedding_sharding_group is not None and world % self.embedding_sharding_group != 0:
             raise ValueError(
                 f"embeddingShardingGroup ({self.embedding_sharding_group}) must divide the world size "
                 f"({world}); pick a divisor such as {self.nproc_per_node}"
             )
         return self
+
+    def _holdout_names_sources(self) -> None:
+        """export.holdoutSources names exactly the data spec's sources (the built-in datasets need none)."""
+        if self.export is None or self.training.command is not None:
+            return
+        names = [s.name for s in self.training.data.sources or []]
+        given = sorted(self.export.holdout_sources)
+        if names and given != sorted(names):
+            raise ValueError(
+                f"export.holdoutSources must give the later data of every source {names} (the holdout each "
+                f"version is scored on), got {given}"
+            )
+        if not names and given:
+            raise ValueError("export.holdoutSources is for training.data.sources; the built-in datasets have theirs")
 
 
 class TierUsage(ApiModel):
@@ -319,6 +410,27 @@ class PlacementSummary(ApiModel):
     tiers: list[TierUsage] = Field(default_factory=list, description="Tiers used, tightest first.")
 
 
+class TaskEval(ApiModel):
+    """One task's metrics on the export's holdout."""
+
+    auc: float | None = Field(default=None, description="ROC AUC (absent with one class only).")
+    examples: int | None = Field(default=None, description="Labelled holdout examples.")
+    positives: int | None = Field(default=None, description="Positive labels among them.")
+
+
+class ExportedModel(ApiModel):
+    """One exported version (learned from the trainer's termination message)."""
+
+    version: int = Field(ge=1, description="Version number, counting up from 1.")
+    uri: str = Field(description="The version's model directory (gem-model.json, weights, manifest.json).")
+    step: int | None = Field(default=None, description="Training step it was exported at.")
+    eval: dict[str, TaskEval] = Field(default_factory=dict, description="Holdout metrics by task.")
+
+
+MAX_LISTED_MODELS = 64
+"""status.models keeps the newest versions (older ones stay in the store and can be named by uri)."""
+
+
 class GEMTrainingStatus(ApiModel):
     """Observed state of a GEMTraining."""
 
@@ -334,3 +446,6 @@ class GEMTrainingStatus(ApiModel):
     placement: PlacementSummary | None = Field(default=None, description="Placement summary.")
     restart_after: str | None = Field(default=None, description="RFC 3339 time the next restart may start.")
     excluded_nodes: list[str] = Field(default_factory=list, description="Nodes avoided after failures.")
+    models: list[ExportedModel] = Field(
+        default_factory=list, max_length=MAX_LISTED_MODELS, description="Exported versions, oldest first."
+    )

@@ -75,7 +75,34 @@ def _container_reason(status: Mapping[str, Any]) -> str | None:
     for cs in status.get("containerStatuses") or []:
         terminated = (cs.get("state") or {}).get("terminated")
         if terminated:
-            return f"{terminated.get('reason', 'Error')} (exit code {terminated.get('exitCode')})"
+            said = _said(terminated.get("message"))
+            detail = f"{said[0]}: {said[1]}" if said else terminated.get("reason", "Error")
+            return f"{detail} (exit code {terminated.get('exitCode')})"
+    return None
+
+
+def _said(message: str | None) -> tuple[str, str] | None:
+    """(reason, message) a trainer wrote as JSON in its termination message (docs/contracts.md), if any."""
+    try:
+        parsed = json.loads(message) if message else None
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and isinstance(parsed.get("reason"), str) and isinstance(parsed.get("message"), str):
+        return parsed["reason"], parsed["message"]
+    return None
+
+
+def invalid_data(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The message of a trainer that stopped on bad data (reason InvalidData), naming the pod; None if none did.
+
+    Bad data does not heal by restarting, so this ends the run (unlike DataUnavailable, a store that
+    stayed unreachable, which restarts with backoff like any failure).
+    """
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            said = _said(((cs.get("state") or {}).get("terminated") or {}).get("message"))
+            if said and said[0] == "InvalidData":
+                return f"pod {pod['metadata']['name']}: {said[1]}"
     return None
 
 

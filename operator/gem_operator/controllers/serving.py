@@ -11,6 +11,7 @@ from gem_operator.api.kinds import RANKING_SERVICE, SOLARIS_PRECOMPUTE
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
 from gem_operator.controllers import metrics
 from gem_operator.controllers.autoscaler import autoscale
+from gem_operator.controllers.model_source import resolve_model
 from gem_operator.controllers.pod_reasons import cache_fallbacks, not_ready_summary
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
 from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SECONDS
@@ -47,6 +48,10 @@ async def _pool_pass(
 ) -> None:
     owner = Owner.from_body(dict(ctx.body))
     info = RANKING_SERVICE if isinstance(spec, RankingServiceSpec) else SOLARIS_PRECOMPUTE
+    model = await resolve_model(ctx, spec.model, outcome)
+    if model is None:
+        return  # nothing to load yet; the resync timer resolves it again
+    spec = spec.model_copy(update={"model": model})
     name = child_name(owner, role)
     deployment = await ctx.kube.get("apps/v1", "Deployment", name, ctx.namespace)
     pods = await ctx.kube.list("v1", "Pod", ctx.namespace, selector_labels(owner, role)) if deployment else []

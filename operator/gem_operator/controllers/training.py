@@ -16,6 +16,7 @@ import kopf
 from gem_operator.api.kinds import GEM_TRAINING
 from gem_operator.api.training import GEMTrainingSpec, PlacementSummary
 from gem_operator.controllers import gang, humanize, kueue
+from gem_operator.controllers.models import describe_version, merge_models, new_versions, reported_models
 from gem_operator.controllers.offload import offload
 from gem_operator.controllers.pod_reasons import not_ready_summary
 from gem_operator.controllers.reconcile import (
@@ -127,6 +128,9 @@ class TrainingPass:
         pods = await self.pods()
         checkpoint = gang.newest_checkpoint([self.status.get("lastCheckpoint"), *gang.reported_checkpoints(pods)])
         fields["lastCheckpoint"] = checkpoint
+        fields["models"] = merge_models(self.status.get("models"), reported_models(pods))
+        for new in new_versions(self.status.get("models"), fields["models"]):
+            self.event("Normal", "ModelExported", describe_version(new))
         queued = await kueue.admission(self)  # None unless the resource names a Kueue queue
 
         if spec.suspend:
@@ -147,6 +151,10 @@ class TrainingPass:
         if queued is not None:
             self.required_labels = await kueue.admitted_node_labels(self, queued)
 
+        bad_data = gang.invalid_data(pods)
+        if bad_data is not None:
+            await self.invalid_data(bad_data)
+            return
         nodes = {n["metadata"]["name"]: n for n in await self.ctx.kube.list("v1", "Node", None)}
         rank_of = {p["metadata"]["name"]: int(p["metadata"]["labels"].get(LABEL_NODE_RANK, -1)) for p in pods}
         failure = gang.detect_failure(pods, nodes, rank_of)
@@ -222,6 +230,15 @@ class TrainingPass:
         training_phase(self.outcome.draft, observe_gang(0, []), suspended=True)
         if self.status.get("phase") != "Suspended":
             self.event("Normal", "Suspended", "spec.suspend is true: the gang's pods were removed")
+
+    async def invalid_data(self, message: str) -> None:
+        """A trainer found bad data before its first step: the run fails (a restart would read the same files)."""
+        self.fields.update(phase="Failed", lastFailure=message)
+        self.condition("Ready", "False", "InvalidData", message)
+        self.condition("Running", "False", "InvalidData", message)
+        if self.status.get("phase") != "Failed":
+            self.event("Warning", "InvalidData", message)
+        await kueue.finish(self, "Failed", message)
 
     async def handle_failure(self, failure: gang.GangFailure, restarts: int) -> None:
         spec, fields = self.spec, self.fields

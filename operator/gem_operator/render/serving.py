@@ -42,7 +42,7 @@ def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str], node_cache: b
         "model-loader",
         spec.workload.image_for(spec.gpus_per_replica),
         spec.workload.image_pull_policy,
-        source=model.uri,
+        source=model.origin,
         dest=MODEL_DIR,
         volume_mounts=[{"name": "model", "mountPath": MODEL_DIR}],
         manifest_uri=model.manifest_uri,
@@ -74,7 +74,7 @@ def _pod_template(
         **main,
     }
     main["env"] = [
-        {"name": "GEM_MODEL_URI", "value": spec.model.uri},
+        {"name": "GEM_MODEL_URI", "value": spec.model.origin},
         {"name": "GEM_MODEL_DIR", "value": MODEL_DIR},
         *main.get("env", []),
         *({"name": e.name, "value": e.value} for e in wl.env),

@@ -34,6 +34,8 @@ APP = "gem-training"
 ROLE_WORKER = "worker"
 ROLE_RENDEZVOUS = "rdzv"
 ROLE_CONFIG = "config"
+DATA_SPEC_KEY = "data-spec.json"
+"""ConfigMap key of the data spec the trainer reads with --data-spec (spec.training.data with sources)."""
 CONFIG_MOUNT = "/etc/gem"
 LABEL_NODE_RANK = "gem.dev/node-rank"
 # Held on every pod of a placed gang until all of its pods exist (all-or-nothing).
@@ -46,6 +48,7 @@ RESTORE_DIR = f"{SCRATCH_MOUNT}/restore"
 RESTORE_CONTAINER = "checkpoint-restore"
 _CHECKPOINT_NAME = re.compile(r"step-\d+")
 MAIN_CONTAINER = "trainer"
+TERMINATION_LOG = "/dev/termination-log"
 #: /dev/shm for NCCL and DataLoader workers when spec.workload.shmSize is unset (a container's own is 64 MiB).
 DEFAULT_SHM_SIZE = "16Gi"
 
@@ -92,13 +95,15 @@ def _config(owner: Owner, spec: GEMTrainingSpec, embedding_group: int) -> dict[s
         "name": owner.name,
         "namespace": owner.namespace,
         "preset": spec.training.preset,
-        "data": spec.training.data,
+        "data": "sources" if spec.training.data.uses_sources else spec.training.data.builtin_name,
         "steps": spec.training.steps,
         "checkpoint": spec.checkpoint.to_wire(),
         "mesh": spec.parallelism.mesh.as_dict(),
         "ep": spec.parallelism.ep,
         "embeddingShardingGroup": embedding_group,
         "failurePolicy": spec.failure_policy.to_wire(),
+        "trainer": "builtin" if spec.training.command is None else "command",
+        **({"export": spec.export.to_wire()} if spec.export is not None else {}),
     }
 
 
@@ -132,8 +137,12 @@ def _env(
             "GEM_RANK_MAP_FILE": f"{CONFIG_MOUNT}/rankmap.json",
             "GEM_CHECKPOINT_URI": spec.checkpoint.uri,
             "GEM_RESUME_FROM": resume_from or "",
+            # Where the trainer reports its checkpoint and model versions: the container's termination message.
+            "GEM_TERMINATION_LOG": TERMINATION_LOG,
         }
     )
+    if spec.export is not None:
+        values["GEM_EXPORT_URI"] = spec.export.uri
     if spec.checkpoint.object_store:
         values["GEM_CHECKPOINT_STAGING"] = STAGING_DIR
         if _restores(spec, resume_from):
@@ -141,6 +150,45 @@ def _env(
     env = [{"name": k, "value": v} for k, v in values.items()]
     env += [{"name": e.name, "value": e.value} for e in spec.workload.env]
     return env
+
+
+def trainer_args(spec: GEMTrainingSpec) -> list[str]:
+    """torchrun's arguments: the built-in trainer, or the user's command under the same launch.
+
+    ``--no-python`` makes torchrun exec the command as given (a script with its interpreter, a binary),
+    with the same per-process env (RANK, LOCAL_RANK, WORLD_SIZE) on top of the pod's.
+    """
+    job = spec.training
+    if job.command is not None:
+        return ["--no-python", *job.command, *job.args]
+    export = spec.export
+    exporting = (
+        []
+        if export is None
+        else [
+            "--export",
+            export.uri,
+            "--export-every",
+            str(export.interval_steps),
+            "--holdout-examples",
+            str(export.holdout_examples),
+            *(f"--holdout-source={name}={uri}" for name, uri in sorted(export.holdout_sources.items())),
+        ]
+    )
+    return [
+        "-m",
+        "gem_workloads.training",
+        "--preset",
+        job.preset,
+        *_data_args(spec),
+        "--steps",
+        str(job.steps),
+        "--checkpoint-dir",
+        spec.checkpoint.uri,
+        "--checkpoint-every",
+        str(spec.checkpoint.interval_steps),
+        *exporting,
+    ]
 
 
 def _host_label(spec: GEMTrainingSpec) -> str:
@@ -161,21 +209,7 @@ def _pod(
 ) -> dict[str, Any]:
     name = child_name(owner, ROLE_WORKER, node_rank)
     wl = spec.workload
-    args = [
-        "-m",
-        "gem_workloads.training",
-        "--preset",
-        spec.training.preset,
-        "--data",
-        spec.training.data,
-        "--steps",
-        str(spec.training.steps),
-        "--checkpoint-dir",
-        spec.checkpoint.uri,
-        "--checkpoint-every",
-        str(spec.checkpoint.interval_steps),
-        *wl.args,
-    ]
+    args = [*trainer_args(spec), *wl.args]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "hostname": name,
@@ -195,7 +229,7 @@ def _pod(
                 ),
                 "volumeMounts": [{"name": "gem-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
                 # The trainer reports its newest checkpoint here on exit (docs/contracts.md).
-                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePath": TERMINATION_LOG,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             }
         ],
@@ -203,6 +237,8 @@ def _pod(
     }
     if spec.checkpoint.object_store:
         _object_store_checkpoints(pod_spec, spec, resume_from, peers, node_cache)
+    _export_credentials(pod_spec["containers"][0], spec)
+    _data_credentials(pod_spec, spec)
     if wl.service_account_name:
         pod_spec["serviceAccountName"] = wl.service_account_name
     if node_name:
@@ -224,6 +260,36 @@ def _pod(
     # GEM_RESUME_FROM only matters when a pod starts; a newer checkpoint must not replace running pods.
     meta["annotations"] = {**meta.get("annotations", {}), ANNOTATION_SPEC_HASH: spec_hash(_without_resume(pod_spec))}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+
+
+def _export_credentials(trainer: dict[str, Any], spec: GEMTrainingSpec) -> None:
+    """The export's own Secret beside the checkpoint's (envFrom; the later one wins on a shared key)."""
+    ref = spec.export.credentials_secret_ref if spec.export is not None else None
+    if ref is None:
+        return
+    sources = trainer.setdefault("envFrom", [])
+    if {"secretRef": {"name": ref.name}} not in sources:
+        sources.append({"secretRef": {"name": ref.name}})
+
+
+def _data_args(spec: GEMTrainingSpec) -> list[str]:
+    """``--data-spec`` on the ConfigMap's data-spec.json for Parquet sources, else ``--data`` and the built-in name."""
+    data = spec.training.data
+    if data.uses_sources:
+        return ["--data-spec", f"{CONFIG_MOUNT}/{DATA_SPEC_KEY}"]
+    return ["--data", data.builtin_name]
+
+
+def _data_credentials(pod_spec: dict[str, Any], spec: GEMTrainingSpec) -> None:
+    """Each data source's Secret through envFrom, prefixed GEM_DATA_<NAME>_ (the trainer looks there first)."""
+    trainer = pod_spec["containers"][0]
+    for ds in spec.training.data.datasets():
+        if ds.credentials_secret_ref is None:
+            continue
+        prefix = "GEM_DATA_" + ds.name.upper().replace("-", "_") + "_"
+        trainer.setdefault("envFrom", []).append(
+            {"prefix": prefix, "secretRef": {"name": ds.credentials_secret_ref.name}}
+        )
 
 
 def _restores(spec: GEMTrainingSpec, resume_from: str | None) -> bool:
@@ -338,15 +404,18 @@ def render_training(
     nodes: Sequence[str | None] = node_names if node_names is not None else [None] * spec.num_nodes
     if len(nodes) != spec.num_nodes:
         raise ValueError(f"placement has {len(nodes)} nodes, the gang needs {spec.num_nodes}")
+    files = {
+        "config.json": json.dumps(_config(owner, spec, embedding_group), indent=2, sort_keys=True),
+        "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
+        "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
+    }
+    if spec.training.data.uses_sources:
+        files[DATA_SPEC_KEY] = json.dumps(spec.training.data.trainer_spec(), indent=2, sort_keys=True)
     config = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(owner, child_name(owner, ROLE_CONFIG), ROLE_CONFIG, APP),
-        "data": {
-            "config.json": json.dumps(_config(owner, spec, embedding_group), indent=2, sort_keys=True),
-            "rankmap.json": json.dumps(rank_map(owner, spec, nodes, node_topology), indent=2, sort_keys=True),
-            "placement.json": json.dumps(placement_json or {"planner": "none"}, indent=2, sort_keys=True),
-        },
+        "data": files,
     }
     pods = (
         []

@@ -149,7 +149,7 @@ class ClosedLoop:
         self.config = ProcessConfig(
             root=self.work_dir / "kubelet",
             max_processes=max_processes,
-            origins={self.spec.model.uri: str(origin)},
+            origins={self.spec.model.origin: str(origin)},
             env={"OMP_NUM_THREADS": "1"},
         )
         self.fleet, self.scrape_interval, self.resync_seconds = fleet, scrape_interval, resync_seconds

@@ -3,10 +3,12 @@
 - ``python`` is this interpreter; other commands are looked up beside it (the virtualenv's console
   scripts, e.g. ``gem-load``), then on ``PATH``;
 - env: ``value`` (a ``*PORT*`` value equal to a declared containerPort becomes the pod's local
-  port), ``valueFrom.fieldRef`` (the Downward API fields a pod spec may name), Secret and
+  port, a cluster DNS name such as a gang's ``MASTER_ADDR`` becomes 127.0.0.1),
+  ``valueFrom.fieldRef`` (the Downward API fields a pod spec may name), Secret and
   ConfigMap keys, ``envFrom``; a missing one is a `ContainerConfigError`, as a kubelet's
   CreateContainerConfigError;
-- mounts: ``emptyDir`` volumes are per-pod directories, ``hostPath`` ones per-node directories;
+- mounts: ``emptyDir`` volumes are per-pod directories, ``hostPath`` ones per-node directories,
+  ``configMap`` and ``secret`` ones per-pod directories holding a file per key;
   mount paths in arguments and env values are rewritten to them, and so is the termination
   message path; URIs under a configured origin prefix are rewritten to the local origin;
 - ``--port``-style arguments naming a declared containerPort get the pod's own loopback port.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -29,6 +32,9 @@ SECRETS = Resource("", "v1", "secrets")
 CONFIGMAPS = Resource("", "v1", "configmaps")
 TERMINATION_LOG = "/dev/termination-log"
 LOOPBACK = "127.0.0.1"
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+CLUSTER_DNS = re.compile(rf"{_LABEL}(\.{_LABEL})*\.svc(\.cluster\.local)?")
+"""A cluster DNS name (``pod.service.namespace.svc``, ``service.namespace.svc``), resolved to the loopback."""
 
 
 class ContainerConfigError(Exception):
@@ -80,12 +86,33 @@ class ContainerSetup:
             else:
                 local = run.dir / "volumes" / str(m.get("name"))
             local.mkdir(parents=True, exist_ok=True)
+            if "configMap" in volume or "secret" in volume:
+                self._project(run, volume, local)
             out[str(m["mountPath"]).rstrip("/")] = local
         term = run.dir / f"{container.get('name', 'c')}.termination-log"
         out[str(container.get("terminationMessagePath") or TERMINATION_LOG)] = term
         return out
 
+    def _project(self, run: PodDirs, volume: Obj, local: Path) -> None:
+        """A configMap or secret volume: one file per key (or per listed item), as the kubelet projects them."""
+        kind = "secret" if "secret" in volume else "configmap"
+        source = volume["secret"] if kind == "secret" else volume["configMap"]
+        name = str(source.get("secretName") or source.get("name") or "")
+        data = self._secret_or_map(run.pod["metadata"]["namespace"], kind, name)
+        if data is None:
+            if source.get("optional"):
+                return
+            raise ContainerConfigError(f'{"secret" if kind == "secret" else "configmap"} "{name}" not found')
+        items = source.get("items") or [{"key": k, "path": k} for k in data]
+        for item in items:
+            if item.get("key") in data:
+                target = local / str(item.get("path") or item["key"])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(data[item["key"]])
+
     def _rewrite(self, value: str, run: PodDirs, mounts: Mapping[str, Path]) -> str:
+        if CLUSTER_DNS.fullmatch(value):
+            return LOOPBACK  # every pod here is 127.0.0.1 (a gang's MASTER_ADDR, a Service's name)
         for prefix, origin in sorted(self.config.origins.items(), key=lambda kv: -len(kv[0])):
             if value == prefix or value.startswith(prefix.rstrip("/") + "/"):
                 return str(origin).rstrip("/") + value[len(prefix.rstrip("/")) :]

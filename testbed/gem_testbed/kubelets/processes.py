@@ -333,8 +333,8 @@ class ProcessKubelet(ContainerSetup):
 
     async def _run_once(self, run: _Run, container: _Container) -> tuple[int, str]:
         """Start the container's process and wait for it to exit; returns (exit code, message)."""
-        mounts = self._mounts(run, container.spec)
         try:
+            mounts = self._mounts(run, container.spec)
             argv = self._argv(run, container.spec, mounts)
             env = self._env(run, container.spec, mounts)
         except ContainerConfigError as exc:

@@ -1,9 +1,10 @@
 """Minimal Deployment and DaemonSet controllers for the embedded cluster.
 
 Just enough for the demo and tests to see workload children behave: a Deployment keeps
-`spec.replicas` pods of its current template (Recreate-style on template change) and
-reports ready replicas; a DaemonSet keeps one pod per matching node. No ReplicaSets,
-no surge, no history: the operator under test only reads pods and status counts.
+`spec.replicas` pods of its current template (a template change rolls out with the strategy's
+maxSurge/maxUnavailable, or all at once for Recreate) and reports ready and updated replicas; a
+DaemonSet keeps one pod per matching node. No ReplicaSets, no history: the operator under test
+only reads pods and status counts.
 """
 
 from __future__ import annotations
@@ -86,8 +87,35 @@ def _index(pod: Obj) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+def _count(value: Any, replicas: int, round_up: bool, default: str) -> int:
+    """maxSurge / maxUnavailable: an int, or a percentage of replicas (surge rounds up, unavailable down)."""
+    value = default if value is None else value
+    if isinstance(value, str) and value.endswith("%"):
+        share = replicas * float(value[:-1]) / 100
+        return int(-(-share // 1)) if round_up else int(share // 1)
+    return int(value)
+
+
+def _rolling_bounds(deploy: Obj, want: int) -> tuple[int, int] | None:
+    """(most pods at once, fewest ready pods) of a RollingUpdate Deployment; None for Recreate."""
+    strategy = (deploy.get("spec") or {}).get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return None
+    rolling = strategy.get("rollingUpdate") or {}
+    surge = _count(rolling.get("maxSurge"), want, True, "25%")
+    unavailable = _count(rolling.get("maxUnavailable"), want, False, "25%")
+    if surge == 0 and unavailable == 0:
+        surge = 1  # what the API server's validation forces: a rollout must be able to move
+    return want + surge, want - unavailable
+
+
 async def reconcile_deployment(store: Store, pods_res: Any, deploy_res: Any, deploy: Obj, pods: list[Obj]) -> None:
-    """Converge one Deployment's pods to `spec.replicas` of its current template; write status."""
+    """Converge one Deployment's pods to `spec.replicas` of its current template; write status.
+
+    A template change rolls as a RollingUpdate Deployment does: pods of the new template are added
+    up to maxSurge above the replicas, and old pods go only while the ready pods stay at least
+    replicas - maxUnavailable (old pods that are not ready go first); Recreate replaces them at once.
+    """
     meta = deploy["metadata"]
     if meta.get("deletionTimestamp"):
         return
@@ -95,26 +123,39 @@ async def reconcile_deployment(store: Store, pods_res: Any, deploy_res: Any, dep
     template_hash = short_hash((deploy.get("spec") or {}).get("template") or {})
     want = int((deploy.get("spec") or {}).get("replicas", 1))
     owned = [p for p in pods if owned_by(p, meta["uid"])]
-    # Finished pods and pods of an old template are replaced (a ReplicaSet would do this).
-    stale = [
-        p
-        for p in owned
-        if (p.get("status") or {}).get("phase") in FINISHED
-        or (p["metadata"].get("labels") or {}).get(HASH_LABEL) != template_hash
-    ]
-    current = sorted((p for p in owned if p not in stale), key=_index)
-    for pod in stale + current[want:]:
-        await store.delete_object(pods_res, namespace, pod["metadata"]["name"])
+    finished = [p for p in owned if (p.get("status") or {}).get("phase") in FINISHED]
+    live = [p for p in owned if p not in finished]
+    old = [p for p in live if (p["metadata"].get("labels") or {}).get(HASH_LABEL) != template_hash]
+    current = sorted((p for p in live if p not in old), key=_index)
+    bounds = _rolling_bounds(deploy, want)
+    doomed = finished + current[want:]
     current = current[:want]
+    if bounds is None:
+        doomed += old
+        old = []
+    else:
+        fewest_ready = bounds[1]
+        ready = sum(1 for p in current + old if is_ready(p))
+        for pod in sorted(old, key=is_ready):  # not-ready old pods first: they serve nothing
+            if is_ready(pod) and ready - 1 < fewest_ready:
+                continue
+            ready -= 1 if is_ready(pod) else 0
+            doomed.append(pod)
+        old = [p for p in old if p not in doomed]
+    for pod in doomed:
+        await store.delete_object(pods_res, namespace, pod["metadata"]["name"])
     used = {_index(p) for p in current}
     free = (i for i in range(want + len(used) + 1) if i not in used)
-    for _ in range(want - len(current)):
+    room = want - len(current) if bounds is None else min(want - len(current), bounds[0] - len(current) - len(old))
+    for _ in range(max(0, room)):
         pod_name = f"{name}-{template_hash}-{next(free)}"
         await store.create_object(pods_res, _pod_from_template(deploy, pod_name, template_hash), namespace)
-    ready = sum(1 for p in current if is_ready(p))
+        current.append({"metadata": {"name": pod_name}})
+    ready = sum(1 for p in current + old if is_ready(p))
+    updated_ready = sum(1 for p in current if is_ready(p))
     status = {
         "observedGeneration": meta.get("generation", 1),
-        "replicas": len(current),
+        "replicas": len(current) + len(old),
         "updatedReplicas": len(current),
         "readyReplicas": ready,
         "availableReplicas": ready,
@@ -124,7 +165,12 @@ async def reconcile_deployment(store: Store, pods_res: Any, deploy_res: Any, dep
                 "type": "Available",
                 "status": "True" if ready >= want else "False",
                 "reason": "MinimumReplicasAvailable" if ready >= want else "MinimumReplicasUnavailable",
-            }
+            },
+            {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "NewReplicaSetAvailable" if updated_ready >= want and not old else "ReplicaSetUpdated",
+            },
         ],
     }
     await store.patch_object(deploy_res, namespace, name, {"status": status}, subresource="status")

@@ -114,5 +114,6 @@ def test_cache_unusable_only_for_paths_inside_the_cache(tmp_path: Path) -> None:
     assert cache_unusable(PermissionError(13, "Permission denied", str(root / "locks" / "x.lock")), root)
     assert cache_unusable(OSError(30, "Read-only file system", str(root / "models")), root)
     assert not cache_unusable(PermissionError(13, "Permission denied", str(tmp_path / "dest")), root)
-    assert not cache_unusable(OSError(28, "No space left on device", str(root / "tmp")), root)
+    assert cache_unusable(OSError(28, "No space left on device", str(root / "tmp")), root)  # a full cache volume
+    assert not cache_unusable(OSError(28, "No space left on device", str(tmp_path / "dest")), root)
     assert not cache_unusable(PermissionError(13, "Permission denied"), root)

@@ -33,7 +33,7 @@ from gem_workloads.loader.config import PullConfig, PullStats
 from gem_workloads.loader.destination import DEST_MANIFEST_NAME, STAGING_NAME, write_json_atomic
 from gem_workloads.loader.diskwrite import DIRECT_ALIGN, FULL_ERRNOS, bad_parts, disk_full
 from gem_workloads.loader.download import Downloader
-from gem_workloads.loader.errors import IntegrityError, UsageError
+from gem_workloads.loader.errors import DiskFullError, IntegrityError, UsageError
 from gem_workloads.loader.manifest import Manifest, parse_size
 from gem_workloads.loader.progress import Reporter
 from gem_workloads.loader.sources import Source
@@ -43,34 +43,63 @@ COPY_CHUNK = 64 * 1024 * 1024
 DIRECT_CHUNK = 16 * 1024 * 1024
 
 
-CACHE_FALLBACK_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+CACHE_FALLBACK_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ELOOP, *FULL_ERRNOS}
+)
 """Errors that make the node cache unusable for this pod (not the pull): fall back to a direct pull.
 
-The usual cause is a hostPath the kubelet created root:root 0755 while the loader runs as a
-non-root uid; a read-only mount is the other.
+Permission and read-only errors: a hostPath the kubelet created root:root 0755 while the loader
+runs as a non-root uid, or a read-only mount. Not-a-directory errors: a cache path that runs
+through a regular file. Full errors: a cache volume smaller than the model (the destination may
+still have room). Only errors on paths inside the cache count; the same errno on the destination
+fails the pull.
 """
+
+_NOT_A_DIRECTORY = frozenset({errno.ENOTDIR, errno.EEXIST, errno.ELOOP})
 
 
 def cache_unusable(err: OSError, root: Path) -> bool:
-    """True when `err` is a permission/read-only error on a path inside the cache `root`."""
+    """True when `err` is one of `CACHE_FALLBACK_ERRNOS` on a path inside the cache `root`."""
     if err.errno not in CACHE_FALLBACK_ERRNOS:
         return False
     names = [n for n in (err.filename, getattr(err, "filename2", None)) if n]
-    if not names:
+    return any(inside(os.fsdecode(n), root) for n in names)
+
+
+def inside(path: str, root: Path) -> bool:
+    """Whether `path` is `root` or below it (both resolved; False when either cannot be)."""
+    if not path:
         return False
     try:
-        return any(Path(os.fsdecode(n)).resolve().is_relative_to(root.resolve()) for n in names)
+        return Path(path).resolve().is_relative_to(root.resolve())
     except (OSError, ValueError):
         return False
 
 
 def fallback_reason(err: OSError, root: Path) -> str:
     """One line for people: what failed, and the two ways to fix it."""
+    off = "or turn the node cache off (model.loader.nodeCache: false)"
+    if err.errno in FULL_ERRNOS:
+        return (
+            f"node cache {root} is full ({err.strerror}: {err.filename}); pulled directly instead. "
+            f"Give the cache volume room for the model (or lower --cache-high) {off}"
+        )
+    if err.errno in _NOT_A_DIRECTORY:
+        return (
+            f"node cache {root} is not a directory ({err.strerror}: {err.filename}); pulled directly instead. "
+            f"Point the cache at a directory (the chart's modelCache.hostPath) {off}"
+        )
     return (
         f"node cache {root} is not writable by uid {os.getuid()} ({err.strerror}: {err.filename}); "
-        "pulled directly instead. Give the directory to this uid (the chart's modelCache.prepareHostPath) "
-        "or turn the node cache off (model.loader.nodeCache: false)"
+        f"pulled directly instead. Give the directory to this uid (the chart's modelCache.prepareHostPath) {off}"
     )
+
+
+def full_cache_error(err: DiskFullError, root: Path) -> OSError | None:
+    """A full-disk error raised while filling the cache, as the OSError `fallback_reason` explains."""
+    if not inside(err.path, root):
+        return None
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), err.path)
 
 
 def open_cache(root: Path, high_text: str, low_text: str, link: bool = False) -> NodeCache:
@@ -394,7 +423,12 @@ async def pull_through_cache(
                     await asyncio.to_thread(cache.remove, digest)
                 for gone in await asyncio.to_thread(cache.evict, manifest.total_bytes, frozenset({digest})):
                     reporter.event("evict", digest=gone)
-                fetched = await Downloader(manifest, sources, cache.staging_dir(digest), cfg, reporter).run()
+                try:
+                    fetched = await Downloader(manifest, sources, cache.staging_dir(digest), cfg, reporter).run()
+                except DiskFullError:
+                    # A partial entry would only hold the space the next pull on this node needs.
+                    await asyncio.to_thread(shutil.rmtree, cache.staging_dir(digest), True)
+                    raise
                 for k, v in fetched.fetched.items():
                     stats.add(k, v)
                 stats.resumed += fetched.resumed

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,10 +38,26 @@ class FileState:
     synced: asyncio.Future[None] | None = None  # the fsync started when its last part was written
 
 
+def free_bytes(where: Path | str) -> int | None:
+    """Bytes free on the filesystem holding `where` (its nearest existing parent), None if unknown."""
+    path = Path(where)
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
 def disk_full(exc: OSError, where: Path | str, need: int | None = None) -> DiskFullError:
-    """ENOSPC, EDQUOT and EFBIG all mean the same to a user: this much did not fit here."""
-    extra = f" (needs {need} bytes)" if need is not None else ""
-    return DiskFullError(f"out of space writing {where}{extra}: {exc.strerror or exc}")
+    """ENOSPC, EDQUOT and EFBIG all mean the same to a user: this much did not fit here.
+
+    `need` is the model's size: what the directory must hold, beside what its filesystem has free.
+    """
+    free = free_bytes(where)
+    extra = f" (needs {need} bytes, {free} free)" if need is not None and free is not None else ""
+    extra = extra or (f" (needs {need} bytes)" if need is not None else "")
+    return DiskFullError(f"out of space writing {where}{extra}: {exc.strerror or exc}", path=str(where), need=need)
 
 
 def bad_parts(

@@ -145,7 +145,7 @@ class Downloader:
                     os.ftruncate(fd, entry.size)
             except OSError as e:
                 if e.errno in FULL_ERRNOS:
-                    raise disk_full(e, path, entry.size) from None
+                    raise disk_full(e, path, self.manifest.total_bytes) from None
                 raise
             for i in done:
                 a, b = entry.part_range(i, ps)
@@ -321,7 +321,7 @@ class Downloader:
                     )
                 except OSError as e:
                     if e.errno in FULL_ERRNOS:
-                        raise disk_full(e, self.staging / chunk.path) from None
+                        raise disk_full(e, self.staging / chunk.path, self.manifest.total_bytes) from None
                     raise
                 if not bad:
                     self._written(st, chunk, len(data), kind)
@@ -395,7 +395,7 @@ class Downloader:
                     )
                 except OSError as e:
                     if e.errno in FULL_ERRNOS:
-                        raise disk_full(e, self.staging / chunk.path) from None
+                        raise disk_full(e, self.staging / chunk.path, self.manifest.total_bytes) from None
                     raise
                 if not bad:
                     self._written(st, chunk, end - start, g.kind)

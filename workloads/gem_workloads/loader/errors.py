@@ -28,9 +28,18 @@ class IntegrityError(LoaderError):
 
 
 class DiskFullError(LoaderError):
-    """The destination or cache ran out of space (or hit a file-size limit)."""
+    """The destination or cache ran out of space (or hit a file-size limit).
+
+    `path` is where the write failed and `need` the bytes that had to fit there, so the pull can
+    tell a full node cache (fall back to a direct pull) from a full destination (fail).
+    """
 
     exit_code = 4
+
+    def __init__(self, message: str, *, path: str = "", need: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.need = need
 
 
 class SourceError(LoaderError):

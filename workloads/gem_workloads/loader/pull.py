@@ -15,7 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gem_workloads.loader.cache import NodeCache, cache_unusable, fallback_reason, pull_through_cache
+from gem_workloads.loader.cache import (
+    NodeCache,
+    cache_unusable,
+    fallback_reason,
+    full_cache_error,
+    pull_through_cache,
+)
 from gem_workloads.loader.config import PullConfig, PullStats
 from gem_workloads.loader.destination import (
     DEST_MANIFEST_NAME,
@@ -26,7 +32,7 @@ from gem_workloads.loader.destination import (
     is_complete,
 )
 from gem_workloads.loader.download import Downloader
-from gem_workloads.loader.errors import LoaderError, ManifestError, SourceError, UsageError
+from gem_workloads.loader.errors import DiskFullError, LoaderError, ManifestError, SourceError, UsageError
 from gem_workloads.loader.manifest import MANIFEST_NAME, Manifest
 from gem_workloads.loader.progress import NullReporter, Reporter
 from gem_workloads.loader.sources import HttpSource, Source, check_uri, open_source, read_uri
@@ -128,10 +134,11 @@ async def pull(
         if cache is not None:
             try:
                 stats = await pull_through_cache(cache, manifest, sources, dest, cfg, reporter, verify_cache)
-            except OSError as e:
-                if not cache_unusable(e, cache.root):
+            except (OSError, DiskFullError) as e:
+                unusable = full_cache_error(e, cache.root) if isinstance(e, DiskFullError) else e
+                if unusable is None or not cache_unusable(unusable, cache.root):
                     raise
-                cache_fallback = fallback_reason(e, cache.root)
+                cache_fallback = fallback_reason(unusable, cache.root)
                 reporter.event("cache-fallback", reason=cache_fallback)
         if stats is None:
             stats = await Downloader(manifest, sources, dest / STAGING_NAME, cfg, reporter).run()

@@ -10,7 +10,7 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollec
 from torchrec.modules.embedding_configs import PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from .features import CategoricalFeature
+from .features import SEQUENCE_SOURCE, CategoricalFeature, SequenceGroup
 
 
 @dataclass
@@ -87,13 +87,37 @@ def pad_jagged(values: Tensor, lengths: Tensor, length: int) -> Tensor:
     return out
 
 
-def sequence_embeddings(ec: nn.Module, kjt: KeyedJaggedTensor, names: list[str], length: int) -> tuple[Tensor, Tensor]:
-    """EC lookup of the jagged event sequence, padded: ``([B, length, d] summed over features, valid [B, length])``."""
+def sequence_embeddings(
+    ec: nn.Module,
+    kjt: KeyedJaggedTensor,
+    names: list[str],
+    length: int,
+    groups: tuple[SequenceGroup, ...] = (),
+) -> tuple[Tensor, Tensor]:
+    """EC lookup of the jagged event sequence, padded: ``(emb, valid [B, length])``.
+
+    ``emb`` is ``[B, length, d]`` summed over features; with OneSeq ``groups`` it is
+    ``[B, length, len(names), d]``, each feature kept apart and zeroed on events of another source
+    (the event's source is the ``SEQUENCE_SOURCE`` feature), for the per-source event encoders.
+    """
     jts = ec(kjt)
     lengths = jts[names[0]].lengths()
-    emb = torch.stack([pad_jagged(jts[n].values(), lengths, length) for n in names], dim=0).sum(0)
-    lengths = lengths.to(emb.device).clamp(max=length)
-    valid = torch.arange(length, device=emb.device)[None, :] < lengths[:, None]
+    padded = [pad_jagged(jts[n].values(), lengths, length) for n in names]
+    lengths = lengths.to(padded[0].device).clamp(max=length)
+    valid = torch.arange(length, device=padded[0].device)[None, :] < lengths[:, None]
+    if not groups:
+        return torch.stack(padded, dim=0).sum(0), valid
+    raw = kjt[SEQUENCE_SOURCE]  # the input ids (the lookup's output holds embeddings)
+    ids = raw.values().to(padded[0].device, padded[0].dtype)[:, None]
+    source = pad_jagged(ids, raw.lengths().to(padded[0].device), length)[..., 0].round().long()
+    owner = {f: g for g, group in enumerate(groups) for f in group.features}
+    emb = torch.stack(
+        [
+            p * (source == owner[n]).unsqueeze(-1).to(p.dtype) if n in owner else p
+            for n, p in zip(names, padded, strict=True)
+        ],
+        dim=2,
+    )
     return emb, valid
 
 

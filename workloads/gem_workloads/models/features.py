@@ -37,6 +37,23 @@ class Task:
     domain: int | None = None
 
 
+SEQUENCE_SOURCE = "event_source"
+"""With sequence groups: the sequence feature holding each event's group (source) index."""
+
+
+@dataclass(frozen=True)
+class SequenceGroup:
+    """The event features one sequence source carries (OneSeq).
+
+    Events of different sources carry different features (a purchase: ad and account ids; a post:
+    actor and object ids); each source's features go through that source's own event encoder and
+    the encoded events share one time-ordered sequence.
+    """
+
+    name: str
+    features: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class FeatureSchema:
     """What a data source produces and what a model is built for."""
@@ -48,6 +65,8 @@ class FeatureSchema:
     num_user_dense: int
     domains: tuple[str, ...]
     tasks: tuple[Task, ...]
+    # OneSeq: which sequence features belong to which source; empty: every event carries them all.
+    sequence_groups: tuple[SequenceGroup, ...] = ()
 
     @property
     def num_domains(self) -> int:

@@ -45,15 +45,51 @@ from .features import Batch, CandidateFeatures, FeatureSchema, UserFeatures
 from .presets import ModelConfig
 
 
-class SequenceInput(nn.Module):
-    """Adds learned positions (counted from the most recent event) and normalises."""
+class EventEncoders(nn.Module):
+    """OneSeq: one encoder per sequence source over the concatenation of that source's event features.
 
-    def __init__(self, seq_len: int, dim: int) -> None:
+    Input ``[B, L, F, d]`` (per-feature embeddings, zero where a feature belongs to another source,
+    see :func:`.common.sequence_embeddings`); output ``[B, L, d]``: the shared features' sum plus
+    every source's encoder output. The encoders have no biases, so a source's encoder gives exactly
+    zero on the other sources' events and each event is encoded by its own source's encoder only.
+    """
+
+    def __init__(self, schema: FeatureSchema, dim: int) -> None:
+        super().__init__()
+        names = schema.sequence_names
+        owned = {f for g in schema.sequence_groups for f in g.features}
+        self.shared = [i for i, n in enumerate(names) if n not in owned]
+        self.members = [[names.index(f) for f in g.features] for g in schema.sequence_groups]
+        self.encoders = nn.ModuleList(
+            [
+                nn.Sequential(nn.Linear(len(m) * dim, dim, bias=False), nn.GELU(), nn.Linear(dim, dim, bias=False))
+                for m in self.members
+            ]
+        )
+
+    def forward(self, emb: Tensor) -> Tensor:
+        out = emb[:, :, self.shared].sum(2)
+        for members, encoder in zip(self.members, self.encoders, strict=True):
+            out = out + encoder(emb[:, :, members].flatten(2))
+        return out
+
+
+class SequenceInput(nn.Module):
+    """Adds learned positions (counted from the most recent event) and normalises.
+
+    With OneSeq sequence groups, the per-source :class:`EventEncoders` first turn each event's own
+    features into one vector.
+    """
+
+    def __init__(self, seq_len: int, dim: int, events: EventEncoders | None = None) -> None:
         super().__init__()
         self.position = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
         self.norm = nn.LayerNorm(dim)
+        self.events = events
 
     def forward(self, emb: Tensor, valid: Tensor) -> Tensor:
+        if self.events is not None:
+            emb = self.events(emb)
         # Right-padded sequences: event i of a user with n events is n-1-i steps old.
         n = valid.sum(1, keepdim=True)
         age = (n - 1 - torch.arange(emb.shape[1], device=emb.device)[None, :]).clamp(min=0)
@@ -215,7 +251,8 @@ class KunlunModel(nn.Module):
         self.sparse = KunlunSparse(schema, d, dev)
         self.dense_token = DenseToken(schema.num_user_dense, d)
         self.domain_token = DomainToken(schema.num_domains, d)
-        self.sequence_input = SequenceInput(config.seq_len, d)
+        events = EventEncoders(schema, d) if schema.sequence_groups else None
+        self.sequence_input = SequenceInput(config.seq_len, d, events)
         n_seq = config.num_sequence_layers
         self.attention = nn.ModuleList(
             [BlockAttentionLayer(d, config.num_heads, config.block_size, config.ffn_mult) for _ in range(n_seq)]
@@ -254,7 +291,10 @@ class KunlunModel(nn.Module):
             [pooled_tokens(self.sparse.user, user.categorical, self.schema.user_names), self.dense_token(user.dense)],
             dim=1,
         )
-        emb, valid = sequence_embeddings(self.sparse.sequence, user.sequence, self.schema.sequence_names, cfg.seq_len)
+        schema = self.schema
+        emb, valid = sequence_embeddings(
+            self.sparse.sequence, user.sequence, schema.sequence_names, cfg.seq_len, schema.sequence_groups
+        )
         h = self.sequence_input(emb, valid)
         summaries: list[Tensor] = []
         summary: Tensor | None = None

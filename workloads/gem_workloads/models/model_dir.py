@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .checkpoint import load_trained
-from .features import CategoricalFeature, FeatureSchema, Task
+from .features import CategoricalFeature, FeatureSchema, SequenceGroup, Task
 from .presets import ModelConfig
 
 MODEL_FILE = "gem-model.json"
@@ -55,6 +55,7 @@ def schema_to_dict(schema: FeatureSchema) -> dict[str, Any]:
         "num_user_dense": schema.num_user_dense,
         "domains": list(schema.domains),
         "tasks": [{"name": t.name, "domain": t.domain} for t in schema.tasks],
+        "sequence_groups": [{"name": g.name, "features": list(g.features)} for g in schema.sequence_groups],
     }
 
 
@@ -71,6 +72,9 @@ def schema_from_dict(raw: dict[str, Any]) -> FeatureSchema:
         num_user_dense=int(raw["num_user_dense"]),
         domains=tuple(str(d) for d in raw["domains"]),
         tasks=tuple(Task(str(t["name"]), None if t.get("domain") is None else int(t["domain"])) for t in raw["tasks"]),
+        sequence_groups=tuple(
+            SequenceGroup(str(g["name"]), tuple(str(f) for f in g["features"])) for g in raw.get("sequence_groups", [])
+        ),
     )
 
 

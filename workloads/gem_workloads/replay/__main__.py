@@ -2,6 +2,8 @@
 
 Replays a trace (CSV with TIMESTAMP, or JSONL ``{"t", "cost"}``) against a ranking server, open
 loop, and prints one JSON line per interval (achieved rate, latency percentiles) and a summary.
+With ``--labelled FILE`` it sends labelled requests instead and prints the served AUC per task
+(:mod:`.labelled`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from .trace import TraceError, load_trace
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gem_workloads.replay", description=__doc__.split("\n")[0])
-    p.add_argument("--trace", required=True, help="CSV with a TIMESTAMP column, or JSONL {t, cost[, count]}")
+    p.add_argument("--trace", help="CSV with a TIMESTAMP column, or JSONL {t, cost[, count]}")
+    p.add_argument(
+        "--labelled",
+        metavar="FILE",
+        help="instead of a trace: JSONL {body, labels} requests sent as they are; prints the served AUC per task",
+    )
     p.add_argument("--url", required=True, help="ranking server base URL (or its /v1/rank URL)")
     p.add_argument("--speedup", type=float, default=1.0, help="replay the trace X times faster")
     p.add_argument("--duration", type=float, default=None, help="replay at most S seconds (after speedup)")
@@ -36,6 +43,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.labelled:
+        return _labelled(args)
+    if not args.trace:
+        print("error: give --trace (a load replay) or --labelled (scored requests)", file=sys.stderr)
+        return 2
     if args.speedup <= 0 or (args.duration is not None and args.duration <= 0) or args.interval <= 0:
         print("error: --speedup, --duration and --interval must be > 0", file=sys.stderr)
         return 2
@@ -70,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _labelled(args: argparse.Namespace) -> int:
+    from .labelled import read_labelled, score_labelled
+
+    try:
+        lines = read_labelled(args.labelled)
+    except (OSError, ValueError) as exc:
+        print(f"error: --labelled: {exc}", file=sys.stderr)
+        return 2
+    in_flight = min(args.max_in_flight, 64)
+    result = asyncio.run(score_labelled(args.url, lines, in_flight, args.timeout))
+    print(json.dumps({"event": "scored", **result}))
+    return 0 if result["errors"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", help="model preset: tiny, small, base, large (default: config file, else tiny)")
     p.add_argument("--model", choices=["kunlun", "dlrm"], default="kunlun")
     p.add_argument("--data", choices=["synthetic", "movielens"], help="default: config file, else synthetic")
+    p.add_argument(
+        "--data-spec",
+        metavar="FILE",
+        help="YAML/JSON data spec (the block of a GEMTraining's spec.training.data): Parquet sources mixed "
+        "by event time, sequence sources merged into histories. Read as a stream; memory per process: one "
+        "row group and one batch of rows per source, 4 prefetched batches, and the sequence datasets as "
+        "columns (8 x (2 + features) bytes per event). Replaces --data",
+    )
     p.add_argument("--steps", type=int, help="total steps (default: config file, else 100)")
     p.add_argument(
         "--checkpoint-dir",
@@ -44,6 +52,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true", help="FSDP2 mixed precision: bf16 params, fp32 reduce")
     p.add_argument("--comp-skip", choices=["on", "off"], help="override the preset's CompSkip")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default GEM_METRICS_PORT or 9400; 0 = off)")
+    p.add_argument(
+        "--export",
+        metavar="URI",
+        help="export versioned model directories to URI/v<N>/ (path, file://, s3://, gs://) at the end and every "
+        "--export-every steps, each scored on a time-ordered holdout (default: GEM_EXPORT_URI, config file)",
+    )
+    p.add_argument("--export-every", type=int, help="steps between exports (default: config, else 0 = at the end)")
+    p.add_argument("--holdout-examples", type=int, default=20_000, help="holdout examples every export is scored on")
+    p.add_argument(
+        "--holdout-source",
+        action="append",
+        default=[],
+        metavar="NAME=URI",
+        help="with --data-spec: the later data of source NAME, every source once (the export's holdout)",
+    )
     return p
 
 
@@ -60,6 +83,7 @@ def build_args(ns: argparse.Namespace, env: TrainingEnv) -> Any:
         preset=ns.preset or str(cfg.get("preset", "tiny")),
         model=ns.model,
         data=ns.data or str(cfg.get("data", "synthetic")),
+        data_spec=ns.data_spec,
         steps=steps,
         checkpoint_dir=ns.checkpoint_dir,
         checkpoint_every=ns.checkpoint_every
@@ -74,7 +98,30 @@ def build_args(ns: argparse.Namespace, env: TrainingEnv) -> Any:
         bf16=ns.bf16,
         comp_skip=None if ns.comp_skip is None else ns.comp_skip == "on",
         metrics_port=ns.metrics_port if ns.metrics_port is not None else env.metrics_port,
+        **export_args(ns, cfg),
     )
+
+
+def export_args(ns: argparse.Namespace, cfg: Any) -> dict[str, Any]:
+    """--export, --export-every, --holdout-examples: flags first, then GEM_EXPORT_URI, then config.json's export."""
+    export_cfg = cfg.get("export") if isinstance(cfg.get("export"), dict) else {}
+    uri = ns.export or os.environ.get("GEM_EXPORT_URI") or export_cfg.get("uri") or None
+    every = ns.export_every if ns.export_every is not None else int(export_cfg.get("intervalSteps", 0) or 0)
+    if every < 0:
+        raise SystemExit("--export-every must be >= 0")
+    pairs = [item.partition("=") for item in ns.holdout_source]
+    bad = [name for name, eq, value in pairs if not (name and eq and value)]
+    if bad:
+        raise SystemExit(f"--holdout-source: expected NAME=URI, got {ns.holdout_source}")
+    sources = tuple((name, value) for name, _, value in pairs) or tuple(
+        (str(k), str(v)) for k, v in (export_cfg.get("holdoutSources") or {}).items()
+    )
+    return {
+        "export_uri": uri,
+        "export_every": every,
+        "holdout_examples": ns.holdout_examples,
+        "holdout_sources": sources,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,6 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
             return 2
     args = build_args(ns, env)
+    if args.data_spec:
+        from .inputs import DATA_ERRORS, EXIT_DATA_ERROR, preflight, report_data_error
+
+        try:  # bad data stops here, before any process starts, with the source and column named
+            preflight(args.data_spec)
+        except DATA_ERRORS as exc:
+            report_data_error(exc)
+            print(f"gem_workloads.training: {exc}", file=sys.stderr)
+            return EXIT_DATA_ERROR
     try:
         from ..models import get_preset
         from .parallel import check_mesh_fits
@@ -124,6 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EnvContractError as exc:
         print(f"gem_workloads.training: bad env contract: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from .inputs import DATA_ERRORS, EXIT_DATA_ERROR, report_data_error
+
+        if not isinstance(exc, DATA_ERRORS):
+            raise
+        report_data_error(exc)  # e.g. a store that stayed unreachable mid-run: reported, never trained around
+        print(f"gem_workloads.training: {exc}", file=sys.stderr)
+        return EXIT_DATA_ERROR
     return 0
 
 

@@ -33,7 +33,6 @@ Parallelism as implemented here (``--model kunlun``; modules in parentheses):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -41,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -51,15 +50,17 @@ from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..data import MixingLoader, MovieLens, SyntheticConfig, SyntheticUniverse, cap_schema
 from ..models import Batch, FeatureSchema, KunlunModel, ModelConfig, RankingModel, build_model, get_preset
 from ..models.common import pooled_tokens, sequence_embeddings
 from .checkpoint import open_checkpoints
 from .dense import DenseRunner
 from .env import TrainingEnv, require_supported_mesh
+from .inputs import build_data, data_state, restore_data
 from .metrics import AUCWindow, PrometheusMetrics, peak_flops
 from .parallel import apply_fsdp, build_parallel, check_mesh_fits
 from .pipeline import prune_to_stage, split_layers
+from .publishing import Publishing, make_exporter
+from .reporting import exit_without_teardown, report_checkpoint
 
 log = logging.getLogger("gem_workloads.training")
 
@@ -69,6 +70,7 @@ class TrainArgs:
     preset: str = "tiny"
     model: str = "kunlun"
     data: str = "synthetic"
+    data_spec: str | None = None  # a data spec file (Parquet sources); replaces ``data``
     steps: int = 100
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -82,27 +84,15 @@ class TrainArgs:
     comp_skip: bool | None = None
     resume_from: str | None = None
     metrics_port: int = 9400
+    export_uri: str | None = None  # versioned model exports (publishing.py)
+    export_every: int = 0  # steps between exports; 0: at the end only
+    holdout_examples: int = 20_000
+    holdout_sources: tuple[tuple[str, str], ...] = ()  # data spec: (source name, URI of its later data)
 
 
 def masked_bce(logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
     loss = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="none")
     return (loss * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def build_data(args: TrainArgs, cfg: ModelConfig, shard: int) -> tuple[MixingLoader, FeatureSchema]:
-    if args.data == "synthetic":
-        universe = SyntheticUniverse(SyntheticConfig(seq_len=cfg.seq_len, seed=args.seed))
-        schema = cap_schema(universe.schema, cfg.max_table_rows)
-        sources = [universe.domain(i) for i in range(len(universe.cfg.domains))]
-        weights = [d.weight for d in universe.cfg.domains]
-        return MixingLoader(sources, weights, args.batch_size, seed=args.seed, shard=shard, schema=schema), schema
-    if args.data == "movielens":
-        ml = MovieLens(seq_len=cfg.seq_len)
-        schema = cap_schema(ml.schema, cfg.max_table_rows)
-        return MixingLoader(
-            [ml.source("train")], [1.0], args.batch_size, seed=args.seed, shard=shard, schema=schema
-        ), schema
-    raise ValueError(f"--data must be 'synthetic' or 'movielens', got {args.data!r}")
 
 
 def _sharding_types(device: torch.device) -> list[str]:
@@ -248,7 +238,9 @@ def _comm_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-class Trainer:
+class Trainer(Publishing):
+    args: TrainArgs
+
     def __init__(
         self,
         args: TrainArgs,
@@ -283,7 +275,7 @@ class Trainer:
         self.par = build_parallel(env, self.device.type)
         self.mesh = self.par.world
         # Ranks that differ only in pp, cp or tp train on the same batch.
-        self.loader, self.schema = build_data(args, cfg, shard=self.par.data_shard)
+        self.loader, self.schema = build_data(args, cfg, self.par.data_shard, self.par.data_shards)
         torch.manual_seed(args.seed)
         self.model = build_model(args.model, cfg, self.schema, device=torch.device("meta"))
         self.first_stage = self.par.pp_rank == 0
@@ -320,6 +312,7 @@ class Trainer:
         self.peak = peak_flops(self.device, torch.bfloat16 if args.bf16 else torch.float32)
         self.flops_per_step: float | None = None
         self.step = 0
+        self.exporter = make_exporter(args, env, rank, self.config, self.schema, self.checkpoints)
 
     # -- checkpoint state ------------------------------------------------------------------
     def _state(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -334,6 +327,9 @@ class Trainer:
             "sparse_optim": sparse["state"],
             "progress": {"step": torch.tensor(self.step, dtype=torch.int64)},
         }
+        data = data_state(self.loader, self.par.data_shard, self.par.data_shards)  # streams: the read position
+        if data is not None:
+            state["data"] = data
         return state, sparse
 
     def _prime_dense_optimizer(self) -> None:
@@ -370,6 +366,7 @@ class Trainer:
         if self.first_stage:
             self.dmp.fused_optimizer.load_state_dict(sparse)
         self.step = int(state["progress"]["step"])
+        restore_data(self.loader, state.get("data"), self.par.data_shard, self.par.data_shards, self.step)
         self._emit(
             {"event": "resumed", "step": self.step, "path": str(path), "param_checksum": param_checksum(self.dmp)}
         )
@@ -403,7 +400,8 @@ class Trainer:
         sparse = self.dmp.module.sparse
         schema, cfg = self.schema, self.config
         user = pooled_tokens(sparse.user, batch.user.categorical, schema.user_names)
-        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len)
+        groups = schema.sequence_groups
+        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len, groups)
         item = pooled_tokens(sparse.item, batch.candidate.categorical, schema.item_names)
         return user, seq, item
 
@@ -424,7 +422,7 @@ class Trainer:
             "model": self.args.model,
             "preset": self.config.name,
             "comp_skip": self.config.comp_skip,
-            "data": self.args.data,
+            "data": self.args.data_spec or self.args.data,
             "device": str(self.device),
             "rank_map_nodes": nodes,
             "metrics_port": self.prom.port if self.prom else None,
@@ -467,11 +465,18 @@ class Trainer:
                 if self.prom:
                     self.prom.update(record)
                 losses, window_examples, window_start = [], 0, time.perf_counter()
-            if self.checkpoints is not None and every > 0 and step % every == 0:
+            saved = self.checkpoints is not None and every > 0 and step % every == 0
+            if saved:
                 self.save()
-        if self.checkpoints is not None and (every <= 0 or self.step % every != 0) and self.step > 0:
+            if args.export_every > 0 and step % args.export_every == 0 and step < args.steps:
+                self.export_version(saved)
+        final = self.checkpoints is not None and (every <= 0 or self.step % every != 0) and self.step > 0
+        if final:
             self.save()
-        self._emit({"event": "done", "step": self.step, "param_checksum": param_checksum(self.dmp)})
+        done = {"event": "done", "step": self.step, "param_checksum": param_checksum(self.dmp)}
+        if hasattr(self.loader, "malformed"):  # data spec: malformed rows skipped, per source (this rank's)
+            done.update(malformed_rows=self.loader.malformed(), data_wait_s=round(self.loader.wait_seconds, 3))
+        self._emit({**done, **self.final_export()})
         return records
 
     def _log_record(self, step: int, losses: list[Tensor], examples: int, seconds: float) -> dict[str, Any]:
@@ -516,6 +521,8 @@ class Trainer:
         return None if torch.isnan(t) else float(t)
 
     def close(self) -> None:
+        if hasattr(self.loader, "close"):
+            self.loader.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -532,41 +539,8 @@ def run_worker(args: TrainArgs, env: TrainingEnv, local_rank: int) -> None:
     finally:
         trainer.close()
         if local_rank == 0 and trainer.checkpoints is not None:
-            report_checkpoint(trainer.checkpoints.latest_name())
-
-
-def report_checkpoint(latest: str | Path | None, path: str | None = None) -> bool:
-    """Tell the operator the newest checkpoint through the container's termination message.
-
-    docs/contracts.md: JSON {"checkpoint": "step-000400"} in /dev/termination-log (or
-    $GEM_TERMINATION_LOG). Best effort: outside a pod the file is absent and nothing is written.
-    """
-    target = Path(path or os.environ.get("GEM_TERMINATION_LOG", "/dev/termination-log"))
-    if latest is None or not target.parent.is_dir():
-        return False
-    try:
-        target.write_text(json.dumps({"checkpoint": Path(latest).name}))
-    except OSError:
-        return False
-    return True
-
-
-def exit_without_teardown(code: int) -> NoReturn:
-    """End a process that trained: flush what it printed, then exit without interpreter finalization.
-
-    Why: torch's C++ threads (gloo's workers) can still be dropping their last references to
-    tensors while the interpreter finalizes. Python <= 3.13 ends a thread that asks for the GIL
-    then with pthread_exit, whose unwinding through a C++ destructor aborts the process
-    ("terminate called without an active exception", SIGABRT): a run that finished and saved its
-    checkpoint would be reported failed and restarted. Everything durable is done by this point
-    (checkpoints complete in their store, the termination message written, the process group
-    destroyed), so nothing is lost by skipping finalization.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to save
-            stream.flush()
-    logging.shutdown()
-    os._exit(code)
+            exported = trainer.exporter.exported if trainer.exporter else []
+            report_checkpoint(trainer.checkpoints.latest_name(), exported=exported)
 
 
 def spawned_worker(local_rank: int, args: TrainArgs, env: TrainingEnv) -> None:

@@ -1,0 +1,189 @@
+"""Parquet example sources: the spec's shape, column checks, malformed rows, shards, mixing in stream order."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchrec")
+
+from gem_workloads.data.ads_log import AdsLogConfig, write_ads_log
+from gem_workloads.data.parquet_stream import InvalidData, ParquetStream
+from gem_workloads.data.spec import DataSpecError, parse_data_spec
+from gem_workloads.data.stores import DataUnavailable, locate, with_retries
+from gem_workloads.data.stream_loader import StreamLoader, open_streams
+from gem_workloads.data.stream_mix import TimeMixer
+
+pytestmark = pytest.mark.workloads
+
+
+def source(path: Path, **over: Any) -> dict[str, Any]:
+    return {
+        "name": "feed",
+        "uri": str(path),
+        "timestamp": "ts",
+        "user": "user_id",
+        "id": "event_id",
+        "sparse": ["ad_id"],
+        "dense": ["bid"],
+        "labels": {"ctr": "clicked"},
+        **over,
+    }
+
+
+def write(path: Path, n: int, start: int = 0, row_group: int = 50, **cols: Any) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(start)
+    table = {
+        "event_id": np.arange(start, start + n, dtype=np.int64),
+        "ts": np.sort(rng.random(n)) * 1000.0 + start,
+        "user_id": rng.integers(0, 50, n),
+        "ad_id": rng.integers(0, 100, n),
+        "bid": rng.random(n),
+        "clicked": rng.random(n) < 0.3,
+    }
+    table.update(cols)
+    pq.write_table(pa.table(table), path / f"part-{start:06d}.parquet", row_group_size=row_group)
+
+
+@pytest.fixture(scope="module")
+def ads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("ads")
+    return write_ads_log(
+        root, AdsLogConfig(users=300, ads=80, impressions=6_000, purchases=2_000, posts=2_000, row_group_rows=500)
+    )
+
+
+def test_spec_errors_name_the_field() -> None:
+    good = source(Path("/data/feed"))
+    assert parse_data_spec({"sources": [good]}).domains == ("feed",)
+    cases = [
+        ({"sources": []}, "data.sources"),
+        ({"sources": [{**good, "labels": {}}]}, "data.sources[0].labels"),
+        ({"sources": [{**good, "uri": "ftp://x"}]}, "data.sources[0].uri"),
+        ({"sources": [{**good, "weight": 0}]}, "data.sources[0].weight"),
+        ({"sources": [{**good, "domain": "surface"}]}, "data.sources[0].domain"),
+        ({"sources": [good], "sequences": [{"name": "p", "uri": "/p", "features": []}]}, "data.sequences[0].features"),
+        ({"sources": [good, good]}, "unique"),
+    ]
+    for raw, field in cases:
+        with pytest.raises(DataSpecError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            parse_data_spec(raw)
+
+
+def test_missing_column_and_wrong_type_name_source_and_column(tmp_path: Path) -> None:
+    write(tmp_path / "feed", 100)
+    spec = parse_data_spec({"sources": [source(tmp_path / "feed", labels={"ctr": "clicks"})]})
+    with pytest.raises(InvalidData) as exc:
+        open_streams(spec, 0, 1)
+    assert "'feed'" in str(exc.value) and "'clicks'" in str(exc.value) and "missing" in str(exc.value)
+    write(tmp_path / "bad", 100, user_id=np.array([f"u{i}" for i in range(100)]))
+    spec = parse_data_spec({"sources": [source(tmp_path / "bad", name="search")]})
+    with pytest.raises(InvalidData) as exc:
+        open_streams(spec, 0, 1)
+    assert exc.value.source == "search" and exc.value.column == "user_id" and "string" in str(exc.value)
+
+
+def test_a_file_lacking_a_column_is_found_before_reading(tmp_path: Path) -> None:
+    write(tmp_path / "feed", 100, start=0)
+    path = tmp_path / "feed"
+    pq.write_table(pa.table({"event_id": [1], "ts": [5000.0], "user_id": [1]}), path / "part-999999.parquet")
+    with pytest.raises(InvalidData, match=r"column 'ad_id' is missing in .*part-999999"):
+        open_streams(parse_data_spec({"sources": [source(path)]}), 0, 1)
+
+
+def test_malformed_rows_are_counted_skipped_and_sampled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    n = 200
+    users = pa.array([None if i % 10 == 3 else i % 7 for i in range(n)], pa.int64())
+    bid = np.where(np.arange(n) % 25 == 4, np.nan, 1.0)
+    write(tmp_path / "feed", n, user_id=users, bid=bid)
+    (tmp_path / "feed" / "part-zzz.parquet").write_bytes(b"PAR1 not a parquet file PAR1")
+    spec = parse_data_spec({"sources": [source(tmp_path / "feed")]})
+    with pytest.raises(InvalidData, match="part-zzz"):  # an unreadable footer is found before the first step
+        open_streams(spec, 0, 1)
+    (tmp_path / "feed" / "part-zzz.parquet").unlink()
+    with caplog.at_level(logging.WARNING, logger="gem_workloads.data"):
+        loader = StreamLoader(spec, 32, 8, 1000)
+        seen = []
+        for step in range(1, 5):
+            seen += loader.batch(step).extras["example_id"].tolist()
+        loader.close()
+    bad = {i for i in range(n) if i % 10 == 3 or i % 25 == 4}
+    assert not bad & set(seen) and len(seen) == len(set(seen)) == 128
+    assert loader.malformed()["feed"] == len(bad)
+    assert any(
+        "malformed rows skipped" in r.getMessage() and "'user_id': None" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_unreachable_store_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[float] = []
+
+    def fail() -> None:
+        raise OSError("connection refused")
+
+    with pytest.raises(DataUnavailable, match=r"source 'feed' at s3://b/x: unreachable after 3 attempts"):
+        with_retries("source 'feed' at s3://b/x", fail, attempts=3, base_s=0.1, sleep=calls.append)
+    assert calls == [0.1, 0.2]
+    # a real S3 client against a port nobody listens on
+    monkeypatch.setenv("GEM_DATA_RETRIES", "2")
+    monkeypatch.setenv("GEM_DATA_RETRY_BASE_S", "0.01")
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
+    with pytest.raises(DataUnavailable, match="'feed' at s3://bucket/feed: unreachable after 2 attempts"):
+        ParquetStream("feed", locate("feed", "s3://bucket/feed", env), {"ts": "time"}, "ts")
+
+
+def test_shards_are_disjoint_complete_and_deterministic(tmp_path: Path) -> None:
+    write(tmp_path / "feed", 400, start=0, row_group=40)
+    write(tmp_path / "feed", 300, start=400, row_group=40)
+    spec = parse_data_spec({"sources": [source(tmp_path / "feed")]})
+    for shards in (1, 2, 3, 40):
+        ids = []
+        for shard in range(shards):
+            stream = open_streams(spec, shard, shards)[0][0]
+            again = open_streams(spec, shard, shards)[0][0]
+            mine = [stream.read_unit(i).columns["event_id"].to_pylist() for i in range(len(stream.units))]
+            assert mine == [again.read_unit(i).columns["event_id"].to_pylist() for i in range(len(again.units))]
+            ids += [i for unit in mine for i in unit]
+        assert sorted(ids) == list(range(700)), shards
+
+
+def test_sources_interleave_by_event_time_with_weights(tmp_path: Path) -> None:
+    write(tmp_path / "a", 600, start=0, row_group=64)
+    write(tmp_path / "b", 600, start=0, row_group=64, event_id=np.arange(10_000, 10_600))
+    spec = parse_data_spec(
+        {"sources": [source(tmp_path / "a", name="a"), source(tmp_path / "b", name="b", weight=0.5)]}
+    )
+    mixer = TimeMixer(spec, open_streams(spec, 0, 1)[0])
+    rows = [mixer.take(50) for _ in range(12)]
+    times = np.concatenate([r.time for r in rows])
+    assert np.all(np.diff(times) >= 0), "the merged stream is in event time order"
+    source_of = np.concatenate([r.source for r in rows])
+    share_b = float((source_of == 1).mean())
+    assert 0.27 < share_b < 0.40, share_b  # 0.5 : 1 weights -> one third, by the position hash
+
+
+def test_resume_from_state_continues_exactly(ads: dict[str, Any]) -> None:
+    spec = parse_data_spec(ads)
+    whole = StreamLoader(spec, 64, 16, 1000, shard=1, shards=2)
+    reference = [whole.batch(s).extras["example_id"].tolist() for s in range(1, 9)]
+    first = StreamLoader(spec, 64, 16, 1000, shard=1, shards=2)
+    for s in range(1, 4):
+        first.batch(s)
+    state = first.state()
+    resumed = StreamLoader(spec, 64, 16, 1000, shard=1, shards=2)
+    resumed.restore(state, 3)
+    rest = [resumed.batch(s).extras["example_id"].tolist() for s in range(4, 9)]
+    assert rest == reference[3:]
+    assert state["examples"] == 3 * 64
+    with pytest.raises(RuntimeError, match="sequential"):
+        resumed.batch(10)
+    for loader in (whole, first, resumed):
+        loader.close()

@@ -1,0 +1,264 @@
+"""One Parquet dataset read as a time-ordered stream of row groups: checked, sharded, resumable.
+
+Units of work are row groups, ordered by the smallest timestamp their statistics record (then path
+and index), so a log written in time order streams in time order. A data-parallel rank keeps every
+``shards``-th row of every unit: shards are disjoint, depend on nothing but the files, and each
+covers the whole time range, so every shard sees the sources' mix as the stream has it (taking
+whole row groups per rank instead leaves time gaps as long as a row group of the sparsest source,
+and the mix of a window drifts by tens of points). The price: each rank decodes the needed
+columns of every row group. Rows of a unit are sorted by time (stable) when read. Memory: the
+columns of one unit at a time (plus what the caller buffers).
+
+The read position is ``(epoch, unit, row)`` in that order, counted in raw rows (malformed ones
+included), so it is exact after a restart whatever was skipped. Before anything is read, every
+file's schema is checked: a missing column or a type the model cannot use raises
+:class:`InvalidData` naming the source, the column and the file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from .stores import Location, with_retries
+
+log = logging.getLogger("gem_workloads.data")
+
+KINDS = ("time", "int", "ids", "number", "label", "domain")
+MALFORMED_SAMPLES = 5
+
+
+class InvalidData(ValueError):
+    """A source's files do not have a configured column, or it has a type that cannot be used."""
+
+    reason = "InvalidData"
+
+    def __init__(self, source: str, column: str | None, problem: str) -> None:
+        what = f"column {column!r} {problem}" if column else problem
+        super().__init__(f"data source {source!r}: {what}")
+        self.source, self.column = source, column
+
+
+def _type_ok(kind: str, t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    integer = bool(pa.types.is_integer(t))
+    floating = bool(pa.types.is_floating(t))
+    numeric = integer or floating or bool(pa.types.is_boolean(t))
+    if kind == "time":
+        return bool(pa.types.is_timestamp(t) or pa.types.is_date(t)) or integer or floating
+    if kind == "int":
+        return integer
+    if kind == "ids":
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return bool(pa.types.is_integer(t.value_type))
+        return integer
+    if kind in ("number", "label"):
+        return numeric
+    if kind == "domain":
+        return integer or bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+    raise ValueError(f"unknown column kind {kind!r}")
+
+
+_EXPECTED = {
+    "time": "a timestamp or a number of seconds",
+    "int": "integers",
+    "ids": "integers or lists of integers",
+    "number": "numbers",
+    "label": "booleans or numbers",
+    "domain": "strings or integers",
+}
+
+
+def check_schema(source: str, schema: pa.Schema, columns: dict[str, str], where: str) -> None:
+    """Raise :class:`InvalidData` for the first configured column ``where`` lacks or cannot use."""
+    for column, kind in columns.items():
+        idx = schema.get_field_index(column)
+        if idx < 0:
+            present = ", ".join(schema.names[:12])
+            raise InvalidData(source, column, f"is missing in {where} (columns: {present})")
+        t = schema.field(idx).type
+        if not _type_ok(kind, t):
+            raise InvalidData(source, column, f"has type {t} in {where}; expected {_EXPECTED[kind]}")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One row group of one file."""
+
+    path: str
+    row_group: int
+    rows: int
+    first_time: float
+
+
+@dataclass
+class Chunk:
+    """Clean rows of one unit, sorted by time: columns as numpy, plus each row's raw position."""
+
+    unit: int
+    raw_row: npt.NDArray[np.int64]
+    time: npt.NDArray[np.float64]
+    columns: dict[str, pa.Array]
+
+    @property
+    def size(self) -> int:
+        return len(self.raw_row)
+
+    def select(self, keep: npt.NDArray[np.bool_]) -> Chunk:
+        mask = pa.array(keep)
+        return Chunk(
+            self.unit, self.raw_row[keep], self.time[keep], {k: v.filter(mask) for k, v in self.columns.items()}
+        )
+
+
+@dataclass
+class Counters:
+    """Malformed rows seen (and a few samples for the log), per source."""
+
+    malformed: int = 0
+    samples: list[str] = field(default_factory=list)
+
+    def add(self, count: int, sample: str) -> None:
+        if count <= 0:
+            return
+        self.malformed += count
+        if len(self.samples) < MALFORMED_SAMPLES:
+            self.samples.append(sample)
+
+
+def time_seconds(arr: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.float64]:
+    """Timestamps as float seconds (nulls as NaN): timestamp/date types converted, numbers taken as seconds."""
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        arr = arr.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64())
+        return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64) / 1e6
+    if pa.types.is_date(t):
+        arr = arr.cast(pa.date32()).cast(pa.int32())
+        return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64) * 86400.0
+    return np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+class ParquetStream:
+    """See the module docstring. ``columns``: column -> kind (see :data:`KINDS`); ``time_column`` orders rows."""
+
+    def __init__(
+        self,
+        source: str,
+        location: Location,
+        columns: dict[str, str],
+        time_column: str,
+        *,
+        shard: int = 0,
+        shards: int = 1,
+    ) -> None:
+        if not 0 <= shard < shards:
+            raise ValueError(f"shard {shard} outside 0..{shards - 1}")
+        self.source, self.location, self.columns, self.time_column = source, location, columns, time_column
+        self.counters = Counters()
+        what = f"data source {source!r} at {location.uri}"
+        self._dataset = with_retries(
+            what, lambda: pads.dataset(location.path, filesystem=location.fs, format="parquet")
+        )
+        fragments = sorted(self._dataset.get_fragments(), key=lambda f: f.path)
+        if not fragments:
+            raise InvalidData(source, time_column, f"cannot be read: no Parquet files under {location.uri}")
+        self._fragments = {f.path: f for f in fragments}
+        units: list[Unit] = []
+        for frag in fragments:
+            try:
+                with_retries(f"{what} ({frag.path})", frag.ensure_complete_metadata)
+            except pa.ArrowInvalid as exc:
+                raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({exc})") from exc
+            check_schema(source, frag.physical_schema, columns, frag.path)
+            for rg in frag.row_groups:
+                stats = (rg.statistics or {}).get(time_column) or {}
+                first = stats.get("min")
+                units.append(Unit(frag.path, rg.id, rg.num_rows, _as_seconds(first)))
+        units.sort(key=lambda u: (u.first_time, u.path, u.row_group))
+        self.total_rows = sum(u.rows for u in units)
+        self.units, self.row_stride = units, (shard, shards)
+        self.shard, self.shards = shard, shards
+
+    def read_unit(self, index: int) -> Chunk:
+        """Unit ``index`` of this shard: this shard's rows, sorted by time, malformed rows removed and counted."""
+        unit = self.units[index]
+        frag = self._fragments[unit.path].subset(row_group_ids=[unit.row_group])
+        what = f"data source {self.source!r}: {unit.path} row group {unit.row_group}"
+        try:
+            table = with_retries(what, lambda: frag.to_table(columns=list(self.columns)))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:  # undecodable: skip the unit, never crash
+            self.counters.add(unit.rows, f"{what}: unreadable ({exc})")
+            self._log_malformed()
+            return _empty_chunk(index)
+        first, step = self.row_stride
+        if step > 1:
+            table = table.take(pa.array(np.arange(first, table.num_rows, step)))
+        times = time_seconds(table.column(self.time_column))
+        order = np.argsort(times, kind="stable")
+        table = table.take(pa.array(order))
+        times = times[order]
+        bad = np.isnan(times)
+        for column, kind in self.columns.items():
+            col = table.column(column).combine_chunks()
+            if kind in ("time", "int", "domain", "ids") and col.null_count:
+                bad |= np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+            if kind == "number" and pa.types.is_floating(col.type):
+                bad |= ~np.isfinite(np.asarray(col.fill_null(0.0).to_numpy(zero_copy_only=False), dtype=np.float64))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            values = {c: table.column(c)[row].as_py() for c in self.columns}
+            self.counters.add(int(bad.sum()), f"{unit.path} row group {unit.row_group}: {values}")
+            self._log_malformed()
+        keep = np.flatnonzero(~bad)
+        table = table.take(pa.array(keep))
+        cols = {c: table.column(c).combine_chunks() for c in self.columns}
+        return Chunk(index, keep.astype(np.int64), times[keep], cols)
+
+    def _log_malformed(self) -> None:
+        c = self.counters
+        log.warning(
+            "data source %r: %d malformed rows skipped so far; e.g. %s", self.source, c.malformed, c.samples[-1]
+        )
+
+    def chunks(self, epoch: int, unit: int, row: int) -> Iterator[tuple[int, Chunk]]:
+        """Chunks from position ``(epoch, unit, row)`` on, forever (epochs repeat the shard): (epoch, chunk)."""
+        if not self.units:
+            raise InvalidData(self.source, self.time_column, f"has no rows for shard {self.shard} of {self.shards}")
+        while True:
+            for index in range(unit, len(self.units)):
+                chunk = self.read_unit(index)
+                if row:
+                    keep = chunk.raw_row >= row
+                    chunk = chunk.select(keep)
+                    row = 0
+                yield epoch, chunk
+            epoch, unit = epoch + 1, 0
+
+
+def _as_seconds(value: object) -> float:
+    """A row group's minimum time as seconds (unknown: -inf, so it sorts first and keeps file order)."""
+    if value is None:
+        return float("-inf")
+    if isinstance(value, datetime):  # naive statistics are UTC, as the int64 values behind them
+        return float((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())
+    if hasattr(value, "toordinal"):
+        return float((value.toordinal() - 719163) * 86400)  # date
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("-inf")
+
+
+def _empty_chunk(index: int) -> Chunk:
+    return Chunk(index, np.zeros(0, np.int64), np.zeros(0, np.float64), {})
+
+
+__all__ = ["Chunk", "Counters", "InvalidData", "ParquetStream", "Unit", "check_schema", "time_seconds"]
