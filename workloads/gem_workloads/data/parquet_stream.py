@@ -27,7 +27,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from .stores import Location, with_retries
+from .stores import Location, http_listing, with_retries
 
 log = logging.getLogger("gem_workloads.data")
 
@@ -164,9 +164,10 @@ class ParquetStream:
         self.source, self.location, self.columns, self.time_column = source, location, columns, time_column
         self.counters = Counters()
         what = f"data source {source!r} at {location.uri}"
-        self._dataset = with_retries(
-            what, lambda: pads.dataset(location.path, filesystem=location.fs, format="parquet")
-        )
+        target: str | list[str] = location.path
+        if location.uri.startswith(("http://", "https://")) and location.uri.endswith("/"):
+            target = with_retries(what, lambda: http_listing(location.uri))  # files, so each opens with its size
+        self._dataset = with_retries(what, lambda: pads.dataset(target, filesystem=location.fs, format="parquet"))
         fragments = sorted(self._dataset.get_fragments(), key=lambda f: f.path)
         if not fragments:
             raise InvalidData(source, time_column, f"cannot be read: no Parquet files under {location.uri}")
