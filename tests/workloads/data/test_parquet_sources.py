@@ -204,3 +204,19 @@ def test_a_domain_column_maps_rows_to_the_listed_domains(tmp_path: Path) -> None
     assert all(rows.domain[from_log][ids % 3 == 1] == 0) and all(rows.domain[from_log][ids % 3 == 0] == 1)
     assert not (ids % 3 == 2).any()  # "shorts" is not listed: malformed, skipped and counted
     assert mixer.malformed()["log"] > 0 and set(rows.domain[~from_log].tolist()) == {2}
+
+
+def test_a_time_range_keeps_only_its_examples(ads: dict[str, Any]) -> None:
+    spec = parse_data_spec(ads)
+    start = 1_767_225_600.0  # the ads log's day
+    cut = start + 0.8 * 86_400
+    holdout = StreamLoader(spec, 64, 8, 1000, time_range=(cut, float("inf")))
+    train = StreamLoader(spec, 64, 8, 1000, time_range=(float("-inf"), cut))
+    try:
+        late = np.concatenate([holdout.next_rows().time for _ in range(5)])
+        early = np.concatenate([train.next_rows().time for _ in range(5)])
+    finally:
+        holdout.close()
+        train.close()
+    assert late.min() >= cut and early.max() < cut
+    assert holdout.malformed() == {"feed": 0, "search": 0, "video": 0}  # outside the range is not malformed
