@@ -109,8 +109,8 @@ def resume_exactness(spec: dict[str, Any], batch: int, seq_len: int, steps: int 
     rest = [resumed.batch(s).extras["example_id"].tolist() for s in range(cut + 1, steps + 1)]
     for loader in (whole, first, resumed):
         loader.close()
-    same = sum(a == b for ra, rb in zip(rest, reference[cut:], strict=True) for a, b in zip(ra, rb, strict=True))
-    return same / sum(len(r) for r in reference[cut:])
+    same: int = sum(a == b for ra, rb in zip(rest, reference[cut:], strict=True) for a, b in zip(ra, rb, strict=True))
+    return float(same) / sum(len(r) for r in reference[cut:])
 
 
 def _worker(local_rank: int, cfg: dict[str, Any], out_dir: str) -> None:

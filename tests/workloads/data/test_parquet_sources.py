@@ -187,3 +187,36 @@ def test_resume_from_state_continues_exactly(ads: dict[str, Any]) -> None:
         resumed.batch(10)
     for loader in (whole, first, resumed):
         loader.close()
+
+
+def test_a_domain_column_maps_rows_to_the_listed_domains(tmp_path: Path) -> None:
+    n = 120
+    surface = pa.array([("feed", "search", "shorts")[i % 3] for i in range(n)]).dictionary_encode()
+    write(tmp_path / "log", n, surface=surface)
+    raw = source(tmp_path / "log", name="log", domain="surface", domains=["search", "feed"])
+    spec = parse_data_spec({"sources": [raw, source(tmp_path / "log", name="other", weight=0.5)]})
+    assert spec.domains == ("search", "feed", "other")
+    mixer = TimeMixer(spec, open_streams(spec, 0, 1)[0])
+    rows = mixer.take(100)
+    from_log = rows.source == 0
+    ids = rows.example_id[from_log]
+    assert set(rows.domain[from_log].tolist()) == {0, 1}
+    assert all(rows.domain[from_log][ids % 3 == 1] == 0) and all(rows.domain[from_log][ids % 3 == 0] == 1)
+    assert not (ids % 3 == 2).any()  # "shorts" is not listed: malformed, skipped and counted
+    assert mixer.malformed()["log"] > 0 and set(rows.domain[~from_log].tolist()) == {2}
+
+
+def test_a_time_range_keeps_only_its_examples(ads: dict[str, Any]) -> None:
+    spec = parse_data_spec(ads)
+    start = 1_767_225_600.0  # the ads log's day
+    cut = start + 0.8 * 86_400
+    holdout = StreamLoader(spec, 64, 8, 1000, time_range=(cut, float("inf")))
+    train = StreamLoader(spec, 64, 8, 1000, time_range=(float("-inf"), cut))
+    try:
+        late = np.concatenate([holdout.next_rows().time for _ in range(5)])
+        early = np.concatenate([train.next_rows().time for _ in range(5)])
+    finally:
+        holdout.close()
+        train.close()
+    assert late.min() >= cut and early.max() < cut
+    assert holdout.malformed() == {"feed": 0, "search": 0, "video": 0}  # outside the range is not malformed

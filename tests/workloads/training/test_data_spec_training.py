@@ -21,22 +21,22 @@ from gem_workloads.data.ads_log import AdsLogConfig, write_ads_log
 pytestmark = [pytest.mark.workloads, pytest.mark.slow]
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def _env(tmp_path: Path, procs: int = 1) -> dict[str, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GEM_", "PET_"))}
     return {
         **base,
-        "WORLD_SIZE": "1",
+        "WORLD_SIZE": str(procs),
         "NNODES": "1",
         "NODE_RANK": "0",
-        "NPROC_PER_NODE": "1",
+        "NPROC_PER_NODE": str(procs),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
-        "GEM_MESH_SHAPE": "pp=1,dp_replicate=1,dp_shard=1,cp=1,tp=1",
-        "GEM_MESH_COORDS": "[[0,0,0,0,0]]",
-        "GEM_EMBEDDING_SHARDING_GROUP": "1",
+        "GEM_MESH_SHAPE": f"pp=1,dp_replicate=1,dp_shard={procs},cp=1,tp=1",
+        "GEM_MESH_COORDS": json.dumps([[0, 0, r, 0, 0] for r in range(procs)]),
+        "GEM_EMBEDDING_SHARDING_GROUP": str(procs),
         "GEM_NUM_THREADS": "1",
         "GEM_METRICS_PORT": "0",
         "OMP_NUM_THREADS": "1",
@@ -44,7 +44,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _run(tmp_path: Path, spec: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, spec: Path, *extra: str, procs: int = 1) -> subprocess.CompletedProcess[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -56,7 +56,7 @@ def _run(tmp_path: Path, spec: Path, *extra: str) -> subprocess.CompletedProcess
         "--data-spec",
         str(spec),
     ]
-    return subprocess.run([*cmd, *extra], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    return subprocess.run([*cmd, *extra], env=_env(tmp_path, procs), capture_output=True, text=True, timeout=400)
 
 
 def _records(stdout: str) -> list[dict[str, Any]]:
@@ -86,18 +86,20 @@ def test_a_missing_column_stops_before_the_first_step(tmp_path: Path, ads: dict[
     )
 
 
-def test_resume_continues_the_stream_exactly(tmp_path: Path, ads: dict[str, Any]) -> None:
+@pytest.mark.parametrize("procs", [1, 2])
+def test_resume_continues_the_stream_exactly(tmp_path: Path, ads: dict[str, Any], procs: int) -> None:
+    """Each data-parallel shard's position is in the checkpoint (gathered from every rank) and given back."""
     spec, ckpt = tmp_path / "spec.json", tmp_path / "ckpt"
     spec.write_text(json.dumps(ads))
     args = ("--steps", "20", "--checkpoint-every", "10", "--log-every", "5", "--checkpoint-dir", str(ckpt))
-    whole = _run(tmp_path, spec, *args)
+    whole = _run(tmp_path, spec, *args, procs=procs)
     assert whole.returncode == 0, whole.stderr[-3000:]
     reference = {r["step"]: r for r in _records(whole.stdout) if "loss" in r}
     done = _records(whole.stdout)[-1]
     assert done["event"] == "done" and done["malformed_rows"] == {"feed": 0, "search": 0, "video": 0}
     # as if killed after the step-10 checkpoint: the newest complete checkpoint is step 10
     shutil.rmtree(ckpt / "step-000020")
-    resumed = _run(tmp_path, spec, *args)
+    resumed = _run(tmp_path, spec, *args, procs=procs)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     records = _records(resumed.stdout)
     assert records[1]["event"] == "resumed" and records[1]["step"] == 10

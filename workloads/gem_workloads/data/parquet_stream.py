@@ -27,7 +27,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from .stores import Location, with_retries
+from .stores import Location, http_listing, with_retries
 
 log = logging.getLogger("gem_workloads.data")
 
@@ -158,15 +158,18 @@ class ParquetStream:
         *,
         shard: int = 0,
         shards: int = 1,
+        time_range: tuple[float, float] | None = None,
     ) -> None:
+        """``time_range`` ``[lo, hi)`` in seconds keeps only rows of that event time (a time-ordered holdout)."""
         if not 0 <= shard < shards:
             raise ValueError(f"shard {shard} outside 0..{shards - 1}")
         self.source, self.location, self.columns, self.time_column = source, location, columns, time_column
         self.counters = Counters()
         what = f"data source {source!r} at {location.uri}"
-        self._dataset = with_retries(
-            what, lambda: pads.dataset(location.path, filesystem=location.fs, format="parquet")
-        )
+        target: str | list[str] = location.path
+        if location.uri.startswith(("http://", "https://")) and location.uri.endswith("/"):
+            target = with_retries(what, lambda: http_listing(location.uri))  # files, so each opens with its size
+        self._dataset = with_retries(what, lambda: pads.dataset(target, filesystem=location.fs, format="parquet"))
         fragments = sorted(self._dataset.get_fragments(), key=lambda f: f.path)
         if not fragments:
             raise InvalidData(source, time_column, f"cannot be read: no Parquet files under {location.uri}")
@@ -185,11 +188,13 @@ class ParquetStream:
         units.sort(key=lambda u: (u.first_time, u.path, u.row_group))
         self.total_rows = sum(u.rows for u in units)
         self.units, self.row_stride = units, (shard, shards)
-        self.shard, self.shards = shard, shards
+        self.shard, self.shards, self.time_range = shard, shards, time_range
 
     def read_unit(self, index: int) -> Chunk:
         """Unit ``index`` of this shard: this shard's rows, sorted by time, malformed rows removed and counted."""
         unit = self.units[index]
+        if self.time_range is not None and unit.first_time >= self.time_range[1]:
+            return _empty_chunk(index)  # starts after the range: nothing to read
         frag = self._fragments[unit.path].subset(row_group_ids=[unit.row_group])
         what = f"data source {self.source!r}: {unit.path} row group {unit.row_group}"
         try:
@@ -217,7 +222,10 @@ class ParquetStream:
             values = {c: table.column(c)[row].as_py() for c in self.columns}
             self.counters.add(int(bad.sum()), f"{unit.path} row group {unit.row_group}: {values}")
             self._log_malformed()
-        keep = np.flatnonzero(~bad)
+        wanted = ~bad
+        if self.time_range is not None:  # outside the range is not malformed, only not this stream's
+            wanted &= (times >= self.time_range[0]) & (times < self.time_range[1])
+        keep = np.flatnonzero(wanted)
         table = table.take(pa.array(keep))
         cols = {c: table.column(c).combine_chunks() for c in self.columns}
         return Chunk(index, keep.astype(np.int64), times[keep], cols)

@@ -83,6 +83,14 @@ def _https() -> pafs.FileSystem:
     return pafs.PyFileSystem(pafs.FSSpecHandler(HTTPFileSystem()))
 
 
+def http_listing(uri: str) -> list[str]:
+    """The ``.parquet`` files a web server's directory index links to (nginx ``autoindex``, S3 website...)."""
+    from fsspec.implementations.http import HTTPFileSystem
+
+    names = HTTPFileSystem().ls(uri, detail=False)
+    return sorted(str(n) for n in names if str(n).endswith(".parquet"))
+
+
 def locate(source: str, uri: str, env: Mapping[str, str] | None = None) -> Location:
     """The filesystem and path of ``uri`` for ``source`` (credentials looked up with its prefix)."""
     env = os.environ if env is None else env

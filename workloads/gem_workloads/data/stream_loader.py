@@ -49,11 +49,26 @@ def _source_columns(s: SourceSpec) -> dict[str, str]:
 
 
 def open_streams(
-    spec: DataSpec, shard: int, shards: int, env: Mapping[str, str] | None = None
+    spec: DataSpec,
+    shard: int,
+    shards: int,
+    env: Mapping[str, str] | None = None,
+    time_range: tuple[float, float] | None = None,
 ) -> tuple[list[ParquetStream], list[ParquetStream]]:
-    """Example streams (sharded) and sequence streams (whole); raises InvalidData / DataUnavailable."""
+    """Example streams (sharded, within ``time_range``) and sequence streams (whole).
+
+    Raises InvalidData / DataUnavailable.
+    """
     examples = [
-        ParquetStream(s.name, locate(s.name, s.uri, env), _source_columns(s), s.timestamp, shard=shard, shards=shards)
+        ParquetStream(
+            s.name,
+            locate(s.name, s.uri, env),
+            _source_columns(s),
+            s.timestamp,
+            shard=shard,
+            shards=shards,
+            time_range=time_range,
+        )
         for s in spec.sources
     ]
     sequences = [
@@ -111,11 +126,14 @@ class StreamLoader:
         shards: int = 1,
         prefetch: int = 4,
         env: Mapping[str, str] | None = None,
+        time_range: tuple[float, float] | None = None,
     ) -> None:
+        """``time_range`` ``[lo, hi)`` (seconds): only examples of that event time, e.g. a holdout after
+        a cut; histories still hold every event before each example."""
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.spec, self.batch_size, self.seq_len, self.prefetch = spec, batch_size, seq_len, prefetch
-        examples, sequences = open_streams(spec, shard, shards, env)
+        examples, sequences = open_streams(spec, shard, shards, env, time_range)
         self.mixer = TimeMixer(spec, examples)
         self.history = SequenceHistory(spec.sequences, sequences) if spec.sequences else None
         self.schema = spec_schema(spec, table_rows, _list_columns(examples))

@@ -65,8 +65,12 @@ def build_data(args: DataArgs, cfg: ModelConfig, shard: int, shards: int = 1) ->
     raise ValueError(f"--data must be 'synthetic' or 'movielens', got {args.data!r}")
 
 
-def data_state(loader: Any, shard: int, shards: int) -> dict[str, Any] | None:
-    """The read position of every data shard (the same value on every rank), or None for step-indexed data.
+DATA_KEY = "data_position"
+"""Checkpoint key of the stream positions: one JSON string (a plain value, which DCP stores as bytes)."""
+
+
+def data_state(loader: Any, shard: int, shards: int) -> str | None:
+    """The read position of every data shard as JSON (the same on every rank); None for step-indexed data.
 
     Collective: every rank must call it (ranks of one shard share a position).
     """
@@ -78,21 +82,22 @@ def data_state(loader: Any, shard: int, shards: int) -> dict[str, Any] | None:
         gathered = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, mine)
     positions = {int(s): st for s, st in gathered}
-    return {"shards": shards, "positions": json.dumps([positions[s] for s in range(shards)], sort_keys=True)}
+    return json.dumps({"shards": shards, "positions": [positions[s] for s in range(shards)]}, sort_keys=True)
 
 
-def restore_data(loader: Any, saved: dict[str, Any] | None, shard: int, shards: int, step: int) -> None:
+def restore_data(loader: Any, saved: str | None, shard: int, shards: int, step: int) -> None:
     """Hand this shard its saved position; a stream cannot resume without one, nor with another dp degree."""
     if not isinstance(loader, StreamLoader):
         return
-    if not saved or "positions" not in saved:
+    if not saved:
         raise RuntimeError("the checkpoint has no data position: it was not written for a data spec")
-    if int(saved["shards"]) != shards:
+    record = json.loads(saved)
+    if int(record["shards"]) != shards:
         raise RuntimeError(
-            f"the checkpoint's data position was saved for {saved['shards']} data-parallel shards, this run has "
+            f"the checkpoint's data position was saved for {record['shards']} data-parallel shards, this run has "
             f"{shards}: an exact resume of a stream needs the same data-parallel degree"
         )
-    loader.restore(json.loads(saved["positions"])[shard], step)
+    loader.restore(record["positions"][shard], step)
 
 
 def preflight(data_spec: str) -> None:
@@ -122,6 +127,7 @@ def report_data_error(exc: BaseException, path: str | None = None) -> bool:
 
 __all__ = [
     "DATA_ERRORS",
+    "DATA_KEY",
     "EXIT_DATA_ERROR",
     "build_data",
     "data_state",

@@ -55,7 +55,7 @@ from ..models.common import pooled_tokens, sequence_embeddings
 from .checkpoint import open_checkpoints
 from .dense import DenseRunner
 from .env import TrainingEnv, require_supported_mesh
-from .inputs import build_data, data_state, restore_data
+from .inputs import DATA_KEY, build_data, data_state, restore_data
 from .metrics import AUCWindow, PrometheusMetrics, peak_flops
 from .parallel import apply_fsdp, build_parallel, check_mesh_fits
 from .pipeline import prune_to_stage, split_layers
@@ -329,7 +329,7 @@ class Trainer(Publishing):
         }
         data = data_state(self.loader, self.par.data_shard, self.par.data_shards)  # streams: the read position
         if data is not None:
-            state["data"] = data
+            state[DATA_KEY] = data
         return state, sparse
 
     def _prime_dense_optimizer(self) -> None:
@@ -366,7 +366,7 @@ class Trainer(Publishing):
         if self.first_stage:
             self.dmp.fused_optimizer.load_state_dict(sparse)
         self.step = int(state["progress"]["step"])
-        restore_data(self.loader, state.get("data"), self.par.data_shard, self.par.data_shards, self.step)
+        restore_data(self.loader, state.get(DATA_KEY), self.par.data_shard, self.par.data_shards, self.step)
         self._emit(
             {"event": "resumed", "step": self.step, "path": str(path), "param_checksum": param_checksum(self.dmp)}
         )
