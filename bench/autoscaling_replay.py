@@ -86,7 +86,7 @@ from gem_operator.replay.traces import ScaleMode
 from gem_testbed.plots.replay import plot_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scenarios beside this file, however it is loaded
-from autoscaling_scenarios import (  # noqa: E402
+from autoscaling_scenarios import (
     ROOT,
     Scenario,
     conversation,
@@ -183,9 +183,7 @@ class RpsAsFew:
         return f"RPS re-run at utilisation {u:.2f}: {r.slo_violation_minutes} min at {r.gpu_hours:.2f} GPU-h"
 
 
-def rps_at_as_few_violations(
-    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, minutes: int
-) -> RpsAsFew:
+def rps_at_as_few_violations(load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, minutes: int) -> RpsAsFew:
     """The RPS baseline re-run with lower target utilisations (bisection, 8 steps): the highest
     utilisation, so the fewest GPU-hours, with at most `minutes` violation minutes."""
     hi = model.utilisation_for_sm(spec.autoscaling.target_sm_active)
@@ -530,7 +528,10 @@ def print_case(
     if tg:
         every = "5 min" if report.duration_seconds <= 90 * 60 else "hour"
         path = " ".join(f"{x:.2f}" for x in tg["path"])
-        print(f"  effective SM target (targetSmActive 0.6): min {tg['min']:.3f}, mean {tg['mean']:.3f}, max {tg['max']:.3f}")
+        print(
+            f"  effective SM target (targetSmActive 0.6): min {tg['min']:.3f}, mean {tg['mean']:.3f}, "
+            f"max {tg['max']:.3f}"
+        )
         print(f"    path, every {every}: {path}")
     for label, v in out["variants"].items():
         print(
@@ -645,7 +646,8 @@ def print_summary(rows: list[tuple[str, dict[str, Any]]]) -> None:
             f"{st['SLO-violation minutes after warm-up']:12s} {pol['slo_violation_minutes']:>4d} vs "
             f"{ref['slo_violation_minutes']:<5.4g} {st['vs RPS baseline at equal or lower GPU-hours']:4s}  "
             f"{few_ratio:6.3f} {st['vs RPS baseline at as few violation minutes']:4s}  "
-            f"{pol['direction_changes_per_hour']:5.2f} {st['direction changes/hour']:4s}  {tg['min']:.2f}-{tg['max']:.2f}"
+            f"{pol['direction_changes_per_hour']:5.2f} {st['direction changes/hour']:4s}  "
+            f"{tg['min']:.2f}-{tg['max']:.2f}"
         )
 
 

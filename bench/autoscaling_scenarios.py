@@ -100,9 +100,10 @@ def conversation(seed: int = 23) -> Scenario:
     between 20 and 60 minutes and random phases, scaled so the wave spans -1..1), times brief
     swells every user shares (turns of many conversations landing together: a log-normal factor
     with a 5 s memory, its spread chosen so that the busiest second's rate is PEAK_TO_MEAN = 1.75x
-    the mean rate), so the minutes stay within the wave while single seconds peak well above it. Each request's cost is a context length drawn from a gamma
-    distribution (mean 1, shape 2: long-tailed, as conversation contexts are). Poisson arrivals of
-    1/USERS_SCALE of the users, scaled xUSERS_SCALE; `seed` draws it all.
+    the mean rate), so the minutes stay within the wave while single seconds peak well above it.
+    Each request's cost is a context length drawn from a gamma distribution (mean 1, shape 2:
+    long-tailed, as conversation contexts are). Poisson arrivals of 1/USERS_SCALE of the users,
+    scaled xUSERS_SCALE; `seed` draws it all.
     """
     rng = np.random.default_rng(seed)
     t = np.arange(3600, dtype=float)

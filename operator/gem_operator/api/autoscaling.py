@@ -333,8 +333,7 @@ class Hysteresis(ApiModel):
         ge=2,
         le=60,
         description=(
-            "Direction changes (up to down, down to up) any hour may hold; 3 keeps a run of any length "
-            "under 4 an hour."
+            "Direction changes (up to down, down to up) any hour may hold; 3 keeps a run of any length under 4 an hour."
         ),
     )
 

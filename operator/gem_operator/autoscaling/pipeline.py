@@ -1,8 +1,8 @@
 """One autoscaler sync as a pipeline of pure steps, and the decision they add up to. Pure.
 
 observe -> signals (SLO loop) -> recommendation -> stabilisation -> panic and rate limits ->
-hysteresis -> caps and bounds -> decision (`steps/`; the rules are described in `policy.py`). `decide` runs them in that order;
-`conclude` turns their results into the `Decision` and the state for the next sync. Each step owns
+hysteresis -> caps and bounds -> decision (`steps/`; the rules are described in `policy.py`).
+`decide` runs them in that order; `conclude` turns their results into the `Decision` and the state for the next sync. Each step owns
 the part of `ScalerState` it reads and writes: the windows (observe, stabilise), the SLO feedback
 (`SloStep.remember`), the ramp lead, the panic, the queue and backlog of the SM reading, the
 direction-change budget (`steps/hysteresis.py`).
@@ -41,7 +41,7 @@ def decide(
     held = rec.replicas is None
     panicked = apply_panic(sig.panic, stable.replicas, seen.current, held=held, yielding=rec.yielding)
     rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)
-    if not rec.yielding:
+    if not rec.at_once:  # an idle or yielding precompute pool gives its GPUs back whatever the budget
         rated = hold_reversal(spec, state, seen, rated, now)
     reasons = (*rec.reasons, *stable.reasons, *sig.slo.reasons, *panicked.reasons, *rated.reasons)
     limits = rated.limits

@@ -5,7 +5,9 @@ and says the pool chased noise. A scale-down right after a scale-up (a reversal)
 last hour already holds `maxDirectionChangesPerHour - 1` direction changes; the scale-up that may
 follow it then still fits, so no hour holds more than `maxDirectionChangesPerHour` changes (two
 reversals in a row would need a held one between them). A scale-up is never held: the SLO comes
-before the budget, and the down windows already make a scale-down the cheap one to wait for.
+before the budget, and the down windows already make a scale-down the cheap one to wait for. An
+idle or yielding precompute pool (which skips the windows too) is not held either: giving GPUs
+back is what those rules are for.
 """
 
 from __future__ import annotations

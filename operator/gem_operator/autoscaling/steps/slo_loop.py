@@ -8,8 +8,9 @@ inside the band, so the target holds there); a move is, in log terms,
 
     log(target) -= proportionalGain * (error - error at the last move) + integralGain * error
 
-the velocity form of a proportional-integral controller. It moves the target up as readily as
-down, so capacity cut for a burst is given back once the p99 says there is room. Its output is
+the velocity form of a proportional-integral controller, whose proportional term damps a move but
+never turns it (no rise while the p99 is above the band, no fall below it). It moves the target up
+as readily as down, so capacity cut for a burst is given back once the p99 says there is room. Its output is
 clamped to [`minTargetFraction`, `maxTargetFraction`] x targetSmActive; in the velocity form the
 clamped output *is* the integral, so nothing winds up beyond the bounds (the anti-windup).
 
@@ -200,12 +201,14 @@ def slo_loop(
     error = 0.0 if run is None else run[1]
     last_error = state.slo_error if state.slo_error is not None else 0.0
     step = -(fb.proportional_gain * (error - last_error) + fb.integral_gain * error)
+    # The proportional term damps a move, never turns it: no rise above the band, no fall below it.
+    step = min(step, 0.0) if error > 0 else max(step, 0.0) if error < 0 else step
     new = min(ceiling, max(floor, current * math.exp(step)))
     if new > current:
         # Only as far as the pool has shown the p99 holds (see the module docstring).
         reach = current if sm_active is None else max(current, sm_active * RAISE_REACH)
         new = min(new, reach)
-    if error == 0.0 and last_error == 0.0 or abs(new - current) < 1e-9:
+    if (error == 0.0 and last_error == 0.0) or abs(new - current) < 1e-9:
         where = (
             "in the band"
             if error == 0.0
