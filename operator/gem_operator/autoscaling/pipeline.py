@@ -3,9 +3,9 @@
 observe -> signals (SLO loop) -> recommendation -> stabilisation -> panic and rate limits ->
 hysteresis -> caps and bounds -> decision (`steps/`; the rules are described in `policy.py`).
 `decide` runs them in that order; `conclude` turns their results into the `Decision` and the
-state for the next sync. Each step owns the part of `ScalerState` it reads and writes: the windows (observe, stabilise), the SLO feedback
-(`SloStep.remember`), the ramp lead, the panic, the queue and backlog of the SM reading, the
-direction-change budget (`steps/hysteresis.py`).
+state for the next sync. Each step owns the part of `ScalerState` it reads and writes: the windows
+(observe, stabilise), the SLO feedback (`SloStep.remember`), the ramp lead, the panic, the queue
+and backlog of the SM reading, the direction-change budget (`steps/hysteresis.py`).
 """
 
 from __future__ import annotations
