@@ -8,9 +8,9 @@ Segments: minutes 14-29 of the shared Azure trace (bursty, with idle minutes), a
 diurnal-with-flash segment (a compressed day: sin^2 from 35 % to 100 % of the peak rate, plus a
 60 s flash crowd at 1.6x in minute 9), and (`--segments conversation`) a smooth conversation-like
 segment (one slow swing of +-30 % around its mean, Poisson arrivals). Each is scaled so that its
-peak minute needs at least `--peak-replicas` emulated replicas at the service's target utilisation. For every pool (built-in
-policy, static peak, HPA on requests/s), real ranking servers run as processes (emulated device:
-bench/loadtest-rankingservice.yaml), with honest pod start (process start, real `gem-load pull`
+peak minute needs at least `--peak-replicas` emulated replicas at the service's target
+utilisation. For every pool (built-in policy, static peak, HPA on requests/s), real ranking servers
+run as processes (emulated device: bench/loadtest-rankingservice.yaml), with honest pod start (process start, real `gem-load pull`
 from a local origin, model load), Debian's Prometheus and the real operator.
 
 Prints per segment: GPU-hours, SLO-violation minutes and direction changes per pool, measured by
