@@ -10,8 +10,9 @@ diurnal-with-flash segment (a compressed day: sin^2 from 35 % to 100 % of the pe
 segment (one slow swing of +-30 % around its mean, Poisson arrivals). Each is scaled so that its
 peak minute needs at least `--peak-replicas` emulated replicas at the service's target
 utilisation. For every pool (built-in policy, static peak, HPA on requests/s), real ranking servers
-run as processes (emulated device: bench/loadtest-rankingservice.yaml), with honest pod start (process start, real `gem-load pull`
-from a local origin, model load), Debian's Prometheus and the real operator.
+run as processes (emulated device: bench/loadtest-rankingservice.yaml), with honest pod start
+(process start, real `gem-load pull` from a local origin, model load), Debian's Prometheus and the
+real operator.
 
 Prints per segment: GPU-hours, SLO-violation minutes and direction changes per pool, measured by
 the client; the same from `gemop replay` on the same segment ("simulated"); the gap
