@@ -78,7 +78,6 @@ def slo_step(
     state: ScalerState,
     obs: Observation,
     now: float,
-    seen: Observed,
     measured: SmMeasurement | Signal,
     slo_ms: float | None,
 ) -> SloStep:
@@ -102,7 +101,7 @@ def read_signals(
     """Measure, run the SLO feedback on the measurement, size it at the effective target, then the
     ramp lead and the panic window."""
     measured = measure_sm(spec, obs, now, saturation, state.queue, last_backlog=state.backlog)
-    slo = slo_step(spec, state, obs, now, seen, measured, slo_ms)
+    slo = slo_step(spec, state, obs, now, measured, slo_ms)
     sig = recommend_sm(spec, measured, saturation, slo.target, tolerance_up=0.0 if slo.eager else None)
     values: dict[str, float] = {}
     if sig.recommendation is not None:
