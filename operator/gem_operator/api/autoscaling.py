@@ -247,11 +247,12 @@ class SloFeedback(ApiModel):
         description="band: change of log(target) per move per unit of the error log(p99 / band edge).",
     )
     max_target_fraction: float = Field(
-        default=1.2,
+        default=1.1,
         ge=1,
         le=2,
         description=(
-            "band: ceiling of the effective target, as a fraction of targetSmActive (capped at 0.95 SM active)."
+            "band: ceiling of the effective target, as a fraction of targetSmActive (capped at 0.95 SM active); "
+            "above it the pool keeps too little headroom for a flash crowd while new pods start."
         ),
     )
     min_target_fraction: float = Field(
@@ -410,7 +411,7 @@ class AutoscalingSpec(ApiModel):
         description=(
             "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs. "
             "controller band (default): a PI loop on log(p99 / band edge) keeps the p99 within [bandLow (0.65), "
-            "bandHigh (0.8)] x SLO, between minTargetFraction (0.5) and maxTargetFraction (1.2) x targetSmActive, "
+            "bandHigh (0.8)] x SLO, between minTargetFraction (0.5) and maxTargetFraction (1.1) x targetSmActive, "
             "at most one move per decreaseIntervalSeconds (60 s), none while pods start or the pool is "
             "overloaded. controller ratchet: while p99 > recoverBelow (0.7) x SLO it drops decreasePercent "
             "(10 %) at most once per decreaseIntervalSeconds, not while overloaded, never below the floor; after "
