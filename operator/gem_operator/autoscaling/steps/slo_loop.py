@@ -121,7 +121,7 @@ def why_frozen(spec: AutoscalingSpec, obs: Observation, now: float, quiet_since:
     if quiet_since is None:
         return "overloaded within the query's window: the queue sizes it"
     if now - quiet_since < window:
-        return f"pool settled {now - quiet_since:.0f}s ago; the p99 window ({window}s) still holds before"
+        return f"pool settled {now - quiet_since:.0f}s ago, within the p99 window ({window}s)"
     return None
 
 
@@ -193,7 +193,7 @@ def slo_loop(
     seen = replace(seen, outside=run)
     window = fb.decrease_interval_seconds
     if state.slo_last_move is not None and now - state.slo_last_move < window:
-        moved = f"moved {now - state.slo_last_move:.0f}s ago; the p99 has not seen it yet"
+        moved = f"moved {now - state.slo_last_move:.0f}s ago, before the p99 could see it"
         return replace(seen, reasons=says(f"{head}: SM target held at {current:.3f} ({moved})"))
     if run is not None and now - run[0] < window:
         short = f"outside the band for {now - run[0]:.0f}s of the {window}s that confirm it"
