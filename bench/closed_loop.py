@@ -4,13 +4,15 @@ Run:  python bench/closed_loop.py [--segments shared,diurnal] [--pools policy,st
                                   [--minutes 15] [--peak-replicas 12] [--json FILE]
       python bench/closed_loop.py --resimulate FILE   # the fluid model again, on a saved run
 
-Segments: minutes 14-29 of the shared Azure trace (bursty, with idle minutes), and a synthetic
+Segments: minutes 14-29 of the shared Azure trace (bursty, with idle minutes), a synthetic
 diurnal-with-flash segment (a compressed day: sin^2 from 35 % to 100 % of the peak rate, plus a
-60 s flash crowd at 1.6x in minute 9). Each is scaled so that its peak minute needs at least
-`--peak-replicas` emulated replicas at the service's target utilisation. For every pool (built-in
-policy, static peak, HPA on requests/s), real ranking servers run as processes (emulated device:
-bench/loadtest-rankingservice.yaml), with honest pod start (process start, real `gem-load pull`
-from a local origin, model load), Debian's Prometheus and the real operator.
+60 s flash crowd at 1.6x in minute 9), and (`--segments conversation`) a smooth conversation-like
+segment (one slow swing of +-30 % around its mean, Poisson arrivals). Each is scaled so that its
+peak minute needs at least `--peak-replicas` emulated replicas at the service's target
+utilisation. For every pool (built-in policy, static peak, HPA on requests/s), real ranking servers
+run as processes (emulated device: bench/loadtest-rankingservice.yaml), with honest pod start
+(process start, real `gem-load pull` from a local origin, model load), Debian's Prometheus and the
+real operator.
 
 Prints per segment: GPU-hours, SLO-violation minutes and direction changes per pool, measured by
 the client; the same from `gemop replay` on the same segment ("simulated"); the gap
@@ -56,6 +58,27 @@ def diurnal_with_flash(path: Path, minutes: float, peak_rps: float, seed: int = 
         if 9 * 60 <= t < 10 * 60 and minutes >= 10:
             rate *= 1.6
         if rng.random() < rate / top:  # thinning: an inhomogeneous Poisson process
+            rows.append(json.dumps({"t": round(t, 4), "cost": 1}))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def conversation_segment(path: Path, minutes: float, peak_rps: float, seed: int = 5) -> Path:
+    """Smooth conversation-like Poisson arrivals: rate peak / 1.3 * (1 + 0.3 sin(2 pi t / T + phase)).
+
+    The per-minute rate stays within +-30 % of its mean over the segment (one slow swing), as the
+    replay bench's conversation family does, without its flash crowds or bursts.
+    """
+    rng = random.Random(seed)
+    span = minutes * 60
+    phase = rng.uniform(0, 2 * math.pi)
+    t, rows = 0.0, []
+    while True:
+        t += rng.expovariate(peak_rps)
+        if t >= span:
+            break
+        rate = peak_rps / 1.3 * (1 + 0.3 * math.sin(2 * math.pi * t / span + phase))
+        if rng.random() < rate / peak_rps:  # thinning: an inhomogeneous Poisson process
             rows.append(json.dumps({"t": round(t, 4), "cost": 1}))
     path.write_text("\n".join(rows) + "\n")
     return path
@@ -155,7 +178,9 @@ def segment_of(name: str, args: argparse.Namespace, need_rps: float, work: Path)
         return TRACE, args.start_minute, need_rps / peak
     if name == "diurnal":
         return diurnal_with_flash(work / "diurnal.jsonl", args.minutes, need_rps / 1.6), 0.0, 1.0
-    raise SystemExit(f"unknown segment {name!r}: choose shared or diurnal")
+    if name == "conversation":
+        return conversation_segment(work / "conversation.jsonl", args.minutes, need_rps), 0.0, 1.0
+    raise SystemExit(f"unknown segment {name!r}: choose shared, diurnal or conversation")
 
 
 def rejudge(report: dict[str, Any], warm: int) -> None:

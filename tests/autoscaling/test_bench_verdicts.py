@@ -109,3 +109,33 @@ def test_rps_at_equal_gpu_hours_is_interpolated_between_the_runs_around_it(
 def test_rps_at_equal_gpu_hours_with_one_run_uses_it(bench: Any) -> None:
     iso = bench.RpsAtEqualGpu(3.71, None, (0.05, pool(HPA_RPS, 3.9, 6)))
     assert iso.violation_minutes() == 6.0
+
+
+def test_gpu_hours_at_as_few_violation_minutes(bench: Any) -> None:
+    """Where RPS has as few violation minutes, the policy may spend at most 1.05x its GPU-hours."""
+    name = "vs RPS baseline at as few violation minutes"
+
+    def judge(pol: PoolResult, rps: PoolResult, few: Any = None) -> tuple[str, str]:
+        iso = bench.RpsAtEqualGpu(pol.gpu_hours, None, (0.3, pool(HPA_RPS, pol.gpu_hours + 1, 0)))
+        checks = {k: (v, st) for k, v, st in bench.verdicts(report(pol, rps), True, iso, None, few)}
+        return checks[name]
+
+    # RPS at its default calibration has as few minutes (2 <= 3): judged against its GPU-hours.
+    assert judge(pool(POLICY, 21.0, 3), pool(HPA_RPS, 20.0, 2))[1] == bench.PASS  # 1.05x
+    assert judge(pool(POLICY, 21.1, 3), pool(HPA_RPS, 20.0, 2))[1] == bench.FAIL
+    # RPS has more at its default: the re-run that reaches as few minutes is the reference.
+    text, status = judge(
+        pool(POLICY, 21.0, 1), pool(HPA_RPS, 18.0, 4), bench.RpsAsFew(1, (0.5, pool(HPA_RPS, 19.0, 1)))
+    )
+    assert status == bench.FAIL and "19.00" in text
+    few = bench.RpsAsFew(1, (0.45, pool(HPA_RPS, 20.5, 1)))
+    assert judge(pool(POLICY, 21.0, 1), pool(HPA_RPS, 18.0, 4), few)[1] == bench.PASS
+    # RPS never reaches as few: nothing to compare, said so.
+    text, status = judge(pool(POLICY, 21.0, 1), pool(HPA_RPS, 18.0, 4), bench.RpsAsFew(1, None))
+    assert status == bench.PASS and "never as few" in text
+
+
+def test_the_slo_minute_target_may_be_set_per_case(bench: Any) -> None:
+    r = report(pool(POLICY, 20.0, 1), pool(HPA_RPS, 20.0, 1))  # 1/57 = 1.75 %
+    assert statuses(bench.verdicts(r, False))["SLO-violation minutes after warm-up"] == bench.FAIL
+    assert statuses(bench.verdicts(r, False, limit=3.0))["SLO-violation minutes after warm-up"] == bench.PASS

@@ -44,6 +44,8 @@ SYNCS = 20
 # (name, kind, spec overrides, seed)
 SEQUENCES: list[tuple[str, str, dict[str, Any], int]] = [
     ("defaults", "ranking", {}, 1),
+    # The earlier SLO feedback, still selectable: decides as `defaults` did before the band loop.
+    ("ratchet", "ranking", {"sloFeedback": {"controller": "ratchet"}, "hysteresis": {"enabled": False}}, 1),
     ("ramp", "ranking", {"maxReplicas": 40}, 9),
     ("panic", "ranking", {"panic": {"enabled": True, "threshold": 1.5}}, 2),
     ("windows", "ranking", {"stabilizationSeconds": {"up": 30, "down": 120}, "tolerance": {"up": 0.0}}, 3),

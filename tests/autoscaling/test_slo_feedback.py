@@ -29,8 +29,11 @@ SLO = 40.0
 
 
 def spec(**kw: Any) -> AutoscalingSpec:
+    """The ratchet controller (`sloFeedback.controller: ratchet`), which this file pins; the band
+    loop, the default, has its own tests (test_slo_loop.py)."""
     base: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 60, "targetSmActive": 0.6}
-    base.update(kw)
+    feedback = {"controller": "ratchet", **kw.pop("sloFeedback", {})}
+    base.update(kw, sloFeedback=feedback)
     return AutoscalingSpec.model_validate(base)
 
 

@@ -170,8 +170,10 @@ def test_the_reading_is_measured_once_per_sync(
         return signals_module.measure_sm(*args, **kwargs)
 
     monkeypatch.setattr(measure_step, "measure_sm", counting)
-    spec = AutoscalingSpec.model_validate({"targetSmActive": 0.5, "panic": {"enabled": panic}})
-    obs = pool([0.45, 0.45], p99=30.0, panic=window)  # near the SLO: the target moves, the band goes
+    spec = AutoscalingSpec.model_validate(
+        {"targetSmActive": 0.5, "panic": {"enabled": panic}, "sloFeedback": {"controller": "ratchet"}}
+    )
+    obs = pool([0.45, 0.45], p99=30.0, panic=window)  # near the SLO: the ratchet cuts, the band goes
     state = ScalerState()
     out = read_signals(spec, state, obs, NOW, observe(spec, state, obs, NOW), saturation=0.9, slo_ms=40.0)
     assert len(calls) == want

@@ -6,7 +6,7 @@ The defaults follow the HorizontalPodAutoscaler so that people who know HPA get 
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import ConfigDict, Field, JsonValue, model_validator
 
@@ -16,6 +16,11 @@ from gem_operator.api.common import ApiModel
 MIN_LE_MAX_RULE: dict[str, JsonValue] = {
     "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
     "message": "minReplicas must be <= maxReplicas",
+}
+
+BAND_RULE: dict[str, JsonValue] = {
+    "rule": "!has(self.bandLow) || !has(self.bandHigh) || self.bandLow < self.bandHigh",
+    "message": "bandLow must be below bandHigh",
 }
 
 DEFAULT_SM_QUERY = 'avg by (namespace, pod) (DCGM_FI_PROF_SM_ACTIVE{namespace="$namespace", pod=~"$pods"})'
@@ -173,7 +178,19 @@ class SloFeedback(ApiModel):
 
     The same mean SM active means a very different p99 depending on how bursty the traffic is and
     how many replicas share it, so `targetSmActive` is where the effective target starts, not a
-    promise. At every sync with a fresh latency reading:
+    promise. Two controllers (`controller`):
+
+    `band` (the default; `autoscaling.steps.slo_loop`): a proportional-integral loop on
+    log(p99 / band edge) that keeps the p99 inside [`bandLow`, `bandHigh`] x SLO, moving the target
+    down when the p99 is above the band and up when it is below, as readily one way as the other,
+    between `minTargetFraction` and `maxTargetFraction` x targetSmActive (clamping the output is
+    the anti-windup). At most one move per `decreaseIntervalSeconds`, and none while pods are still
+    starting (Ready < replicas), while the pool is overloaded (the queue signal sizes an overload),
+    nor within that interval after either (the p99's query window still holds them); no upward move
+    while the stabilisation window keeps more replicas than the target asks for (a low p99 then
+    says nothing about the target). Inside the band it holds.
+
+    `ratchet` (the earlier rule), at every sync with a fresh latency reading:
 
     - p99 > SLO: the effective target drops by `decreasePercent` (at most once per
       `decreaseIntervalSeconds`; after a cut not before the replica count it led to serves, since
@@ -201,6 +218,42 @@ class SloFeedback(ApiModel):
 
     enabled: bool = Field(
         default=True, description="Adjust the SM target from the observed p99 (needs metrics.latency)."
+    )
+    controller: Literal["band", "ratchet"] = Field(
+        default="band",
+        description=(
+            "band: a proportional-integral loop keeping the p99 inside [bandLow, bandHigh] x SLO, two-sided; "
+            "ratchet: cut while p99 > recoverBelow x SLO, creep back recoverPercent per recoverSeconds."
+        ),
+    )
+    band_low: float = Field(
+        default=0.65, gt=0, lt=1, description="band: the p99 below this fraction of the SLO raises the target."
+    )
+    band_high: float = Field(
+        default=0.8, gt=0, le=1, description="band: the p99 above this fraction of the SLO lowers the target."
+    )
+    proportional_gain: float = Field(
+        default=0.3,
+        ge=0,
+        le=5,
+        description=(
+            "band: change of log(target) per unit change of the error log(p99 / band edge) between two moves."
+        ),
+    )
+    integral_gain: float = Field(
+        default=0.3,
+        ge=0,
+        le=5,
+        description="band: change of log(target) per move per unit of the error log(p99 / band edge).",
+    )
+    max_target_fraction: float = Field(
+        default=1.1,
+        ge=1,
+        le=2,
+        description=(
+            "band: ceiling of the effective target, as a fraction of targetSmActive (capped at 0.95 SM active); "
+            "above it the pool keeps too little headroom for a flash crowd while new pods start."
+        ),
     )
     min_target_fraction: float = Field(
         default=0.5,
@@ -241,7 +294,7 @@ class SloFeedback(ApiModel):
         le=1,
         description=(
             "While p99 is over this fraction of the SLO, scale-up ignores tolerance.up (a replica is added as "
-            "soon as the SM ratio rounds up to it)."
+            "soon as the SM ratio rounds up to it); band: over this or bandHigh, whichever is higher."
         ),
     )
     scale_down_hold_seconds: int = Field(
@@ -250,7 +303,38 @@ class SloFeedback(ApiModel):
         le=3600,
         description=(
             "No scale-down for this long after the last p99 over the SLO (hysteresis: capacity bought for a "
-            "burst is not given back just before the next one)."
+            "burst is not given back just before the next one); band: over the SLO while not overloaded."
+        ),
+    )
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [BAND_RULE]})
+
+    @model_validator(mode="after")
+    def _band(self) -> Self:
+        if self.band_low >= self.band_high:
+            raise ValueError(
+                f"bandLow ({self.band_low}) must be below bandHigh ({self.band_high}): the band is where the p99 rests"
+            )
+        return self
+
+
+class Hysteresis(ApiModel):
+    """A budget of direction changes: a pool that flips between scaling up and down pays a pod start
+    (and its GPU) for every flip and learns nothing from it.
+
+    A scale-down right after a scale-up (a reversal) is held while the last hour already holds
+    `maxDirectionChangesPerHour - 1` direction changes, so the scale-up that may follow it still
+    fits the budget: no hour holds more than `maxDirectionChangesPerHour` changes. A scale-up is
+    never held (the SLO comes first), and a scale-down after a scale-down is no reversal.
+    """
+
+    enabled: bool = Field(default=True, description="Hold reversing scale-downs beyond the budget.")
+    max_direction_changes_per_hour: int = Field(
+        default=3,
+        ge=2,
+        le=60,
+        description=(
+            "Direction changes (up to down, down to up) any hour may hold; 3 keeps a run of any length under 4 an hour."
         ),
     )
 
@@ -325,13 +409,14 @@ class AutoscalingSpec(ApiModel):
     slo_feedback: SloFeedback = Field(
         default_factory=SloFeedback,
         description=(
-            "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs: it "
-            "starts at targetSmActive; while p99 > recoverBelow (0.7) x SLO it drops decreasePercent (10 %) at "
-            "most once per decreaseIntervalSeconds (60 s) and only once the replicas the last cut led to serve, "
-            "not while the pool is overloaded, never below minTargetFraction "
-            "(0.5) x targetSmActive; the pool does not scale down while p99 > SLO nor for "
-            "scaleDownHoldSeconds (300 s) after; after recoverSeconds (600 s) with p99 <= recoverBelow x SLO "
-            "it creeps back recoverPercent (5 %) of targetSmActive; otherwise it holds. While p99 > "
+            "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs. "
+            "controller band (default): a PI loop on log(p99 / band edge) keeps the p99 within [bandLow (0.65), "
+            "bandHigh (0.8)] x SLO, between minTargetFraction (0.5) and maxTargetFraction (1.1) x targetSmActive, "
+            "at most one move per decreaseIntervalSeconds (60 s), none while pods start or the pool is "
+            "overloaded. controller ratchet: while p99 > recoverBelow (0.7) x SLO it drops decreasePercent "
+            "(10 %) at most once per decreaseIntervalSeconds, not while overloaded, never below the floor; after "
+            "recoverSeconds (600 s) with p99 <= recoverBelow x SLO it creeps back recoverPercent (5 %). Both: "
+            "no scale-down while p99 > SLO nor for scaleDownHoldSeconds (300 s) after; while p99 > "
             "eagerScaleUpAbove (0.5) x SLO scale-up ignores tolerance.up. Reported as "
             "status.autoscaling.effectiveTargetSmActive."
         ),
@@ -343,6 +428,13 @@ class AutoscalingSpec(ApiModel):
             "of the last windowSeconds (300 s), projected by the measured time from a scale-up to serving "
             "pods (leadSeconds, 120 s, until measured). It only raises the recommendation; the samples "
             "restart while the pool is overloaded."
+        ),
+    )
+    hysteresis: Hysteresis = Field(
+        default_factory=Hysteresis,
+        description=(
+            "No scale-down reversing a scale-up while the last hour holds maxDirectionChangesPerHour (3) - 1 "
+            "direction changes: no hour holds more than maxDirectionChangesPerHour. Scale-up is never held."
         ),
     )
     panic: PanicMode = Field(

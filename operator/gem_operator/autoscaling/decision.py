@@ -35,6 +35,7 @@ Step = Literal[
     "stabilisation",  # the up/down windows
     "rate-policy",  # the scale-up/scale-down rate policies
     "scale-down-hold",  # panic or a p99 over the SLO blocks scale-down
+    "hysteresis",  # the direction-change budget holds a reversing scale-down
     "gpus",  # free GPUs cap a scale-up
     "bounds",  # minReplicas/maxReplicas and the last replica
 ]

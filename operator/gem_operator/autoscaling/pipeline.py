@@ -1,10 +1,11 @@
 """One autoscaler sync as a pipeline of pure steps, and the decision they add up to. Pure.
 
-observe -> signals -> recommendation -> stabilisation -> panic and rate limits -> caps and bounds
--> decision (`steps/`; the rules are described in `policy.py`). `decide` runs them in that order;
-`conclude` turns their results into the `Decision` and the state for the next sync. Each step owns
-the part of `ScalerState` it reads and writes: the windows (observe, stabilise), the SLO feedback
-(`SloStep.remember`), the ramp lead, the panic, the queue and backlog of the SM reading.
+observe -> signals (SLO loop) -> recommendation -> stabilisation -> panic and rate limits ->
+hysteresis -> caps and bounds -> decision (`steps/`; the rules are described in `policy.py`).
+`decide` runs them in that order; `conclude` turns their results into the `Decision` and the
+state for the next sync. Each step owns the part of `ScalerState` it reads and writes: the windows
+(observe, stabilise), the SLO feedback (`SloStep.remember`), the ramp lead, the panic, the queue
+and backlog of the SM reading, the direction-change budget (`steps/hysteresis.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import NOT_LIMITED, Decision, Limit, Reason, render
 from gem_operator.autoscaling.observation import Observation
 from gem_operator.autoscaling.state import ScalerState
+from gem_operator.autoscaling.steps.hysteresis import hold_reversal, remember_direction
 from gem_operator.autoscaling.steps.limits import Limited, apply_panic, cap, limit_rate
 from gem_operator.autoscaling.steps.measure import Signals, read_signals
 from gem_operator.autoscaling.steps.observe import Observed, observe
@@ -39,6 +41,8 @@ def decide(
     held = rec.replicas is None
     panicked = apply_panic(sig.panic, stable.replicas, seen.current, held=held, yielding=rec.yielding)
     rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)
+    if not rec.at_once:  # an idle or yielding precompute pool gives its GPUs back whatever the budget
+        rated = hold_reversal(spec, state, seen, rated, now)
     reasons = (*rec.reasons, *stable.reasons, *sig.slo.reasons, *panicked.reasons, *rated.reasons)
     limits = rated.limits
     if rec.yielding:
@@ -94,7 +98,7 @@ def conclude(
         current_replicas=current,
         reason=reason,
         reasons=reasons,
-        state=sig.slo.remember(spec, carried, desired, now),
+        state=remember_direction(sig.slo.remember(spec, carried, desired, now), current, desired, now),
         limits=limited.limits,
         held=held,
         signal_reason=sig.sm.reason,

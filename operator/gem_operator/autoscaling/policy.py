@@ -7,18 +7,18 @@ either). It runs the pipeline of `pipeline.py`: each step below is a small pure 
 and limits as typed values, which the controller's events, status and metrics read directly.
 Steps, in order:
 
-0. **SLO feedback** (`slo.py`, `spec.autoscaling.sloFeedback`): the SM target used below is an
-   *effective* target that starts at `targetSmActive`, drops 10 % (at most once a minute, only
-   once the replicas the last cut led to serve, not while the pool is overloaded nor for a
-   minute after, while the p99's query window still holds the overload; never below
-   `minTargetFraction` = 0.5 of it) while the observed p99 (`Observation.latency`) is over
-   `spec.slo.p99LatencyMs` or near it (over `recoverBelow` = 0.7 x SLO: the warm start, learned
-   before the first miss), and creeps back 5 % of
-   `targetSmActive` per 600 s with p99 <= 0.7 x SLO. It lives in `ScalerState`. Without a
-   latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh p99 is over
-   `eagerScaleUpAbove` (0.5) x SLO, scale-up ignores the up tolerance band (step 1): a pool whose
-   p99 has left its floor adds the replica its SM ratio rounds up to at once instead of after a
-   10 % excess, which at a few replicas is most of a replica and, on a ramp, a pod start late.
+0. **SLO feedback** (`spec.autoscaling.sloFeedback`): the SM target used below is an *effective*
+   target that follows the observed p99 (`Observation.latency`) against `spec.slo.p99LatencyMs`.
+   The default controller (`band`, `steps/slo_loop.py`) is a two-sided proportional-integral loop
+   on log(p99 / band edge) that keeps the p99 inside `bandLow`..`bandHigh` (0.65-0.8) x SLO,
+   between `minTargetFraction` (0.5) and `maxTargetFraction` (1.1) x `targetSmActive`: at most
+   one move per `decreaseIntervalSeconds` (60 s), only on a p99 outside the band for a whole such
+   window of a quiet pool (no pod starting, not overloaded, for a window), and a rise reaches at
+   most 1.15x the SM active the p99 was read at. The earlier controller (`ratchet`, `slo.py`)
+   drops 10 % while p99 > 0.7 x SLO and creeps back 5 % per 600 s. Either lives in `ScalerState`;
+   without a latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh
+   p99 is over the SLO the pool does not scale down; scale-up ignores the up tolerance band while
+   the p99 is above `eagerScaleUpAbove` (band: and above the band).
 1. **Signal.** Only pods that are Ready *and* have finished loading the model count. Their
    fresh SM-active samples (younger than `metrics.staleAfterSeconds`) give the ratio
    `metric / target`. Inside the tolerance band (per direction) nothing changes. Above it,
@@ -61,7 +61,10 @@ Steps, in order:
    **No scale-down** while panicking or while a fresh p99 is over the SLO, nor for
    `sloFeedback.scaleDownHoldSeconds` (300 s) after the last over-SLO p99: hysteresis, so the
    capacity a burst needed is not handed back just before the next one (`ScalingLimited`
-   reasons `Panic` / `LatencyOverSlo`).
+   reasons `Panic` / `LatencyOverSlo`). **Direction budget** (`steps/hysteresis.py`,
+   `spec.autoscaling.hysteresis`): a scale-down reversing a scale-up waits while the last hour
+   holds `maxDirectionChangesPerHour - 1` (2) direction changes, so no hour holds more than 3
+   (`DirectionChangeBudget`); scale-up is never held.
 7. **Bounds:** `minReplicas..maxReplicas`. A RankingService keeps its last replica (SM active
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero
    through the scale subresource).
@@ -73,7 +76,7 @@ Where each step lives: observation `steps/observe.py`; signals `steps/measure.py
 the panic window; the SM reading is measured once per sync and sized once, at the effective
 target); hold and precompute (2, 3) `steps/recommend.py`; stabilisation (4) `steps/stabilise.py`;
 panic, rate policies, the scale-down hold, free GPUs and bounds (5-7) `steps/limits.py`; the
-decision and the carried state `pipeline.py`.
+direction budget `steps/hysteresis.py`; the decision and the carried state `pipeline.py`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""SLO feedback on the SM target: keep the p99 the user asked for, not an SM number. Pure.
+"""SLO feedback on the SM target, the `ratchet` controller (`sloFeedback.controller: ratchet`). Pure.
+
+The default controller is the two-sided band loop (`steps/slo_loop.py`); this module keeps the
+earlier one-way rule, its `SloStep` (which both return) and the helpers both use.
 
 `targetSmActive` is a guess: the same mean SM active gives a very different p99 depending on
 how bursty the traffic is and how many replicas share it. So the policy scales on an *effective*
@@ -49,8 +52,8 @@ class SloStep:
 
     The pipeline reads only this: the target to scale on, whether scale-down is blocked
     (`over_slo`, `hold_down`), whether scale-up skips its tolerance band (`eager`), the reasons to
-    report, and `remember` for the state it carries. A controller of another shape (e.g. a PI
-    loop on the p99) can replace `slo_feedback` by returning the same value.
+    report, and `remember` for the state it carries. The band loop (`steps/slo_loop.py`, the
+    default controller) returns the same value (`LoopStep`, its own `remember`).
     """
 
     target: float  # effective SM target to scale on now

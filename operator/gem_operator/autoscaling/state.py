@@ -37,6 +37,15 @@ class ScalerState:
     lead_seconds: the measured time from a scale-up decision until that many pods serve (None:
         none measured yet).
     scale_up_pending: (time, replicas) of the scale-up being timed for `lead_seconds`.
+    slo_error: the band loop's error log(p99 / band edge) at its last move (its proportional term
+        acts on the change of the error).
+    slo_last_move: when the band loop last moved the effective target.
+    slo_quiet_since: since when every pod serves and the pool is not overloaded (None: not now);
+        the band loop moves only once this has lasted the p99 query's window.
+    slo_outside: (since, error of least magnitude) of the band loop's current run of readings on
+        one side of its band; a move needs a whole window of them.
+    last_direction: +1 / -1, the direction of the last scale event (0: none yet).
+    reversals: times of the direction changes within the last hour (the hysteresis budget).
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -54,6 +63,12 @@ class ScalerState:
     demand: tuple[tuple[float, float], ...] = ()
     lead_seconds: float | None = None
     scale_up_pending: tuple[float, int] | None = None
+    slo_error: float | None = None
+    slo_last_move: float | None = None
+    slo_quiet_since: float | None = None
+    slo_outside: tuple[float, float] | None = None
+    last_direction: int = 0
+    reversals: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +87,12 @@ class ScalerState:
             "demand": [[t, u] for t, u in self.demand],
             "leadSeconds": self.lead_seconds,
             "scaleUpPending": None if self.scale_up_pending is None else list(self.scale_up_pending),
+            "sloError": self.slo_error,
+            "sloLastMove": self.slo_last_move,
+            "sloQuietSince": self.slo_quiet_since,
+            "sloOutside": None if self.slo_outside is None else list(self.slo_outside),
+            "lastDirection": self.last_direction,
+            "reversals": list(self.reversals),
         }
 
     @classmethod
@@ -101,6 +122,12 @@ class ScalerState:
                 demand=tuple((_finite(t), _finite(u)) for t, u in data.get("demand", [])),
                 lead_seconds=_opt(data.get("leadSeconds")),
                 scale_up_pending=None if (p := data.get("scaleUpPending")) is None else (_finite(p[0]), int(p[1])),
+                slo_error=_opt(data.get("sloError")),
+                slo_last_move=_opt(data.get("sloLastMove")),
+                slo_quiet_since=_opt(data.get("sloQuietSince")),
+                slo_outside=None if (o := data.get("sloOutside")) is None else (_finite(o[0]), _finite(o[1])),
+                last_direction=_direction(data.get("lastDirection", 0)),
+                reversals=tuple(_finite(t) for t in data.get("reversals", [])),
             )
         except (TypeError, ValueError, IndexError):
             return cls()
@@ -111,6 +138,14 @@ def _opt(value: Any) -> float | None:
     if value is None:
         return None
     return _finite(value)
+
+
+def _direction(value: Any) -> int:
+    """-1, 0 or +1 (anything else is malformed: ValueError)."""
+    out = int(value)
+    if out not in (-1, 0, 1):
+        raise ValueError(f"not a direction: {value!r}")
+    return out
 
 
 def _finite(value: Any) -> float:

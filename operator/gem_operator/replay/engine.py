@@ -75,7 +75,7 @@ from gem_operator.autoscaling.policy import (
     ScalerState,
     desired_replicas,
 )
-from gem_operator.autoscaling.trend import without_ramp_lead
+from gem_operator.autoscaling.steps.hysteresis import as_hpa
 from gem_operator.replay.report import HPA_RPS, POLICY, POOLS, STATIC_PEAK, PoolResult, ReplayReport
 from gem_operator.replay.service_model import Pool, ProfileError, ServiceModel, weighted_quantile
 from gem_operator.replay.traces import (
@@ -326,7 +326,7 @@ def rps_rule(
     """The HPA-on-RPS pool's autoscaler: the same algorithm; the metric is requests/s per Ready pod,
     expressed against the SM target so the HPA ratio metric/target is rps_per_pod / target_rps."""
     a = spec.autoscaling
-    hpa = without_ramp_lead(a)  # HPA's algorithm as HPA runs it: the ramp lead is this policy's
+    hpa = as_hpa(a)  # HPA's algorithm as HPA runs it: the ramp lead and the direction budget are this policy's
     state_box = [ScalerState()]
 
     def decide(now: float, pool: Pool, win: Window) -> int:

@@ -30,7 +30,7 @@ from gem_operator.api.crd import gem_crds
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.policy import MetricReading, Observation, PodSample, ScalerState, desired_replicas
 from gem_operator.autoscaling.policy import pod_states as policy_pod_states
-from gem_operator.autoscaling.trend import without_ramp_lead
+from gem_operator.autoscaling.steps.hysteresis import as_hpa
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND, LABEL_ROLE
 from gem_operator.render.serving import ROLE_SERVER
 from gem_testbed.cluster import EmbeddedCluster
@@ -399,9 +399,9 @@ def _seconds_between(a: str | None, b: str | None) -> float:
 def hpa_rps_decider(spec: RankingServiceSpec, target_rps: float) -> Callable[[ClosedLoop, float], None]:
     """The HPA algorithm (the operator's own policy code, no saturation rule, no queue signal) on
     requests/s per Ready pod from Prometheus; writes spec.replicas as an HPA writes /scale. The
-    ramp lead is the policy's, not HPA's: off here."""
+    ramp lead and the direction budget are the policy's, not HPA's: off here."""
     state = [ScalerState()]
-    hpa = without_ramp_lead(spec.autoscaling)
+    hpa = as_hpa(spec.autoscaling)
 
     def decide(loop: ClosedLoop, now: float) -> None:
         pods = loop.pods()

@@ -1,12 +1,13 @@
 """Step 2, signals: every signal of one sync, each read once. Pure.
 
-The SM reading is measured once (`signals.measure_sm`). The SLO feedback (`slo.slo_feedback`)
-reads whether it shows an overload and its mean, and arrives at the effective target; the reading
+The SM reading is measured once (`signals.measure_sm`). The SLO feedback (`sloFeedback.controller`:
+the band loop `steps/slo_loop.py`, or the ratchet `slo.slo_feedback`) reads whether it shows an
+overload (and the ratchet its mean), and arrives at the effective target; the reading
 is then sized once, at that target (`signals.recommend_sm`). The ramp lead (`trend.py`) projects
 the demand the measurement shows, and may raise the recommendation; the panic window (`panic.py`)
 is the same rule on the short window's reading (the sync's own measurement when there is none).
-The SLO feedback is one call with one result (`SloStep`): a controller of another shape replaces
-`slo_feedback` here and nothing else.
+The SLO feedback is one call with one result (`SloStep`): `slo_step` picks the controller, and
+nothing after it knows which one ran.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gem_operator.autoscaling.signals import Signal, SmMeasurement, measure_sm, 
 from gem_operator.autoscaling.slo import SloStep, slo_feedback
 from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.steps.observe import Observed
+from gem_operator.autoscaling.steps.slo_loop import slo_loop
 from gem_operator.autoscaling.trend import RampStep, ramp_step
 
 
@@ -71,6 +73,21 @@ def panic_window(
     return recommend_sm(spec, measured, saturation, target)
 
 
+def slo_step(
+    spec: AutoscalingSpec,
+    state: ScalerState,
+    obs: Observation,
+    now: float,
+    measured: SmMeasurement | Signal,
+    slo_ms: float | None,
+) -> SloStep:
+    """The SLO feedback of this sync, by the spec's controller."""
+    mean = measured.metric_value
+    if spec.slo_feedback.controller == "ratchet":
+        return slo_feedback(spec, state, obs, slo_ms, now, overloaded=measured.overloaded, sm_active=mean)
+    return slo_loop(spec, state, obs, slo_ms, now, overloaded=measured.overloaded, sm_active=mean)
+
+
 def read_signals(
     spec: AutoscalingSpec,
     state: ScalerState,
@@ -84,7 +101,7 @@ def read_signals(
     """Measure, run the SLO feedback on the measurement, size it at the effective target, then the
     ramp lead and the panic window."""
     measured = measure_sm(spec, obs, now, saturation, state.queue, last_backlog=state.backlog)
-    slo = slo_feedback(spec, state, obs, slo_ms, now, overloaded=measured.overloaded, sm_active=measured.metric_value)
+    slo = slo_step(spec, state, obs, now, measured, slo_ms)
     sig = recommend_sm(spec, measured, saturation, slo.target, tolerance_up=0.0 if slo.eager else None)
     values: dict[str, float] = {}
     if sig.recommendation is not None:

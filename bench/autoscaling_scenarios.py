@@ -1,0 +1,136 @@
+"""The trace families of the autoscaling benches (`autoscaling_replay.py`, `autoscaling_seeds.py`).
+
+Three families, each drawn with a seed (the shared trace is one real draw):
+
+- `shared-trace`: data/traces/azure-llm-2023-code.csv (1 h of real, very bursty arrivals), each
+  request weighted by its ContextTokens (normalised to mean 1), scaled so that static peak
+  provisioning of the duplicate series needs >= 20 replicas (the same X in both modes).
+- `conversation`: 1 h of smooth conversation-like traffic (`conversation`).
+- the diurnal swing with a flash crowd: `diurnal` (24 h, optionally a 3x crowd for 2 minutes at
+  11:00) and its one-hour form `poisson_hour` (rate 0.4x-1.6x, 3x crowd at minute 40).
+
+Synthetic traces are drawn for 1/USERS_SCALE of the users and scaled xUSERS_SCALE; in the
+independent scale mode their common trend is the known per-second rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.replay.engine import Arrivals, LoadSeries, load_trace, to_series
+from gem_operator.replay.service_model import ServiceModel
+from gem_operator.replay.traces import ScaleMode
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"
+MIN_STATIC_REPLICAS = 20
+USERS_SCALE = 100.0  # synthetic traces are drawn for 1/100 of the users and scaled x100
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    arrivals: Arrivals
+    trend: np.ndarray[Any, np.dtype[np.float64]] | None  # known per-second rate of the drawn trace
+    scale: float
+    flash: bool
+    zoom: tuple[int, int] | None = None  # minutes to zoom on in the plot
+    family: str = ""  # the trace family (name without the seed)
+    slo_limit_pct: float = 1.0  # the SLO-minute target (3 % with a flash crowd or on the conversation family)
+
+    def series(self, mode: ScaleMode) -> LoadSeries:
+        s = to_series(self.arrivals, scale=self.scale, mode=mode, trend=self.trend if mode == "independent" else None)
+        return LoadSeries(cost=s.cost, requests=s.requests, name=f"{self.name} ({mode})")
+
+
+def poisson_trace(
+    name: str, rate: np.ndarray[Any, np.dtype[np.float64]], mean_cost: np.ndarray[Any, np.dtype[np.float64]], seed: int
+) -> tuple[Arrivals, np.ndarray[Any, np.dtype[np.float64]]]:
+    """A per-second Poisson trace of 1/USERS_SCALE of the users: (arrivals, their known rate)."""
+    base = rate / USERS_SCALE
+    counts = np.random.default_rng(seed).poisson(base).astype(float)
+    times = np.arange(len(rate), dtype=float)
+    return Arrivals(times.tolist(), counts.tolist(), (counts * mean_cost).tolist(), name), base
+
+
+def diurnal(flash: bool, seed: int = 7) -> Scenario:
+    """24 h: 1,000-3,000 requests/s, slow noise, request mix +-15 %; optional 3x crowd at 11:00."""
+    day = 86_400
+    t = np.arange(day, dtype=float)
+    rng = np.random.default_rng(seed)
+    rate = 2000.0 - 1000.0 * np.cos(2 * np.pi * (t - 4 * 3600) / day)
+    walk = np.cumsum(rng.normal(0.0, 1.0, day))
+    walk = np.convolve(walk - walk.mean(), np.ones(600) / 600, mode="same")
+    walk = walk / (np.abs(walk).max() or 1.0) * 0.05
+    rate = rate * (1 + walk)
+    if flash:
+        start = 11 * 3600
+        rate[start : start + 120] *= 3.0
+    mean_cost = 1.0 - 0.15 * np.cos(2 * np.pi * (t - 9 * 3600) / day)
+    family = "diurnal+flash" if flash else "diurnal"
+    arrivals, trend = poisson_trace(family, rate, mean_cost, seed + 100)
+    zoom = (11 * 60 - 10, 11 * 60 + 30) if flash else None
+    return Scenario(f"{family} s{seed}", arrivals, trend, USERS_SCALE, flash, zoom, family, 3.0 if flash else 1.0)
+
+
+def poisson_hour(seed: int = 11) -> Scenario:
+    """1 h Poisson, rate 0.4x-1.6x of 1,100 units/s (trough at the ends, peak at minute 30), 3x crowd at minute 40."""
+    t = np.arange(3600, dtype=float)
+    rate = 1100.0 * (1.0 - 0.6 * np.cos(2 * np.pi * t / 3600))
+    rate[40 * 60 : 42 * 60] *= 3.0
+    arrivals, trend = poisson_trace("poisson-hour+flash", rate, np.ones_like(rate), seed)
+    family = "poisson-hour+flash"
+    return Scenario(f"{family} s{seed}", arrivals, trend, USERS_SCALE, True, (30, 55), family, 3.0)
+
+
+CONVERSATION_RATE = 2400.0  # mean requests/s of the conversation family (static peak >= 20 replicas)
+PEAK_TO_MEAN = 1.75  # the conversation family's busiest second against its mean rate
+
+
+def conversation(seed: int = 23) -> Scenario:
+    """1 h of conversation-like traffic: smooth, the per-minute rate within about +-30 % of its mean.
+
+    The rate is the mean times 1 + 0.3 x a smooth random wave (three sinusoids with periods drawn
+    between 20 and 60 minutes and random phases, scaled so the wave spans -1..1), times brief
+    swells every user shares (turns of many conversations landing together: a log-normal factor
+    with a 5 s memory, its spread chosen so that the busiest second's rate is PEAK_TO_MEAN = 1.75x
+    the mean rate), so the minutes stay within the wave while single seconds peak well above it.
+    Each request's cost is a context length drawn from a gamma distribution (mean 1, shape 2:
+    long-tailed, as conversation contexts are). Poisson arrivals of 1/USERS_SCALE of the users,
+    scaled xUSERS_SCALE; `seed` draws it all.
+    """
+    rng = np.random.default_rng(seed)
+    t = np.arange(3600, dtype=float)
+    wave = np.zeros_like(t)
+    for _ in range(3):
+        period = rng.uniform(20 * 60, 60 * 60)
+        wave += rng.uniform(0.5, 1.0) * np.sin(2 * np.pi * t / period + rng.uniform(0, 2 * np.pi))
+    wave = 2 * (wave - wave.min()) / ((wave.max() - wave.min()) or 1.0) - 1
+    swell = np.zeros_like(t)
+    for i in range(1, len(t)):  # an AR(1) walk with a 5 s memory, unit variance
+        swell[i] = swell[i - 1] * math.exp(-1 / 5) + rng.normal(0.0, math.sqrt(1 - math.exp(-2 / 5)))
+    base = CONVERSATION_RATE * (1 + 0.3 * wave) / USERS_SCALE
+    lo, hi = 0.0, 0.5  # the swells' spread that makes the busiest second PEAK_TO_MEAN x the mean
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        swelled = base * np.exp(mid * swell)
+        lo, hi = (mid, hi) if swelled.max() < PEAK_TO_MEAN * swelled.mean() else (lo, mid)
+    rate = base * np.exp(lo * swell)
+    counts = rng.poisson(rate).astype(float)
+    costs = np.array([rng.gamma(2.0, 0.5, int(n)).sum() for n in counts])
+    arrivals = Arrivals(t.tolist(), counts.tolist(), costs.tolist(), "conversation")
+    return Scenario(f"conversation s{seed}", arrivals, rate, USERS_SCALE, False, None, "conversation", 3.0)
+
+
+def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> Scenario:
+    arrivals = load_trace(SHARED_TRACE, cost_column="ContextTokens")
+    unit = to_series(arrivals, scale=1.0, mode="duplicate")
+    per_replica = model.utilisation_for_sm(spec.autoscaling.target_sm_active) * model.throughput_per_replica
+    scale = math.ceil(MIN_STATIC_REPLICAS * per_replica / float(unit.cost.max()))
+    return Scenario("shared-trace", arrivals, None, float(scale), False, (8, 30), "shared-trace", 1.0)

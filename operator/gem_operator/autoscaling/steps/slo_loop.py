@@ -1,0 +1,236 @@
+"""The SLO loop (`sloFeedback.controller: band`): a two-sided PI loop on the p99 that sets the SM target. Pure.
+
+`targetSmActive` is a guess: the p99 a given mean SM active gives depends on how bursty the traffic
+is. The loop moves the *effective* target so that the pool's p99 rests inside a band below the SLO
+(`bandLow`..`bandHigh` x SLO, 0.65-0.8 by default): high enough that capacity is not wasted, low
+enough that a ramp has headroom while new pods start. The error is `log(p99 / band edge)` (0
+inside the band, so the target holds there); a move is, in log terms,
+
+    log(target) -= proportionalGain * (error - error at the last move) + integralGain * error
+
+the velocity form of a proportional-integral controller, whose proportional term damps a move but
+never turns it (no rise while the p99 is above the band, no fall below it). It moves the target up
+as readily as down, so capacity cut for a burst is given back once the p99 says there is room. Its output is
+clamped to [`minTargetFraction`, `maxTargetFraction`] x targetSmActive; in the velocity form the
+clamped output *is* the integral, so nothing winds up beyond the bounds (the anti-windup).
+
+The p99 judges the target only when it could have seen it, so the loop does not move:
+
+- while pods are still starting (Ready < replicas): their capacity is ordered but does not serve,
+  and the p99 measures the start-up lag, not the target (the transient the ratchet learned from);
+- while the pool is overloaded (queued work or saturated SM): the queue signal sizes an overload,
+  and a flash crowd says nothing about the headroom a steady load needs;
+- for `decreaseIntervalSeconds` (the p99 query's window) after either, and after its own last move.
+
+A move also needs the p99 outside the band for a whole window (`decreaseIntervalSeconds` of
+readings on the same side), and it is sized by the reading of that run closest to the band: a
+burst shorter than the window is in one window's p99 but not in the next, so one burst moves
+nothing, while a p99 that stays off the band moves the target once a window.
+
+A low p99 is evidence about the SM active the pool ran at, not about any higher target: while the
+stabilisation window keeps more replicas than the target asks for, the pool runs well below the
+target and its p99 is low for that reason. So an upward move reaches at most `RAISE_REACH` x the
+SM active measured at this sync (none without a reading): the target climbs as far as the pool has
+shown the p99 holds, one step past it, and the next step waits for the p99 at the new level. A
+p99 far above the band counts as at most `MAX_ERROR` per move.
+
+No fresh p99: it holds (an unavailable latency is never a low one). A fresh p99 over the SLO
+blocks scale-down, and one read while every pod served and the pool was not overloaded holds it
+for `scaleDownHoldSeconds` (otherwise the queue sized the capacity, and the down window keeps what
+the arrivals need). Scale-up skips its tolerance band while the p99 is above the band (or
+above `eagerScaleUpAbove` x SLO, whichever is higher): inside the band the pool is where the loop
+wants it. The loop returns the same `SloStep` as the ratchet (`slo.py`), so the later steps do not
+know which controller ran.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.observation import Observation
+from gem_operator.autoscaling.slo import SloStep, fresh_p99, says
+from gem_operator.autoscaling.state import ScalerState
+
+# A target above this cannot be reached: SM active saturates below 1 (launch gaps, host work).
+MAX_TARGET_SM_ACTIVE = 0.95
+# An upward move reaches at most this x the SM active the p99 was measured at.
+RAISE_REACH = 1.15
+# |log(p99 / band edge)| counted per move: 1.5x the edge (a burst's p99 is no measure of headroom).
+MAX_ERROR = math.log(1.5)
+
+
+def loop_bounds(spec: AutoscalingSpec) -> tuple[float, float]:
+    """[floor, ceiling] of the loop's effective target."""
+    fb, base = spec.slo_feedback, spec.target_sm_active
+    ceiling = max(base, min(MAX_TARGET_SM_ACTIVE, base * fb.max_target_fraction))
+    return base * fb.min_target_fraction, ceiling
+
+
+def loop_target(spec: AutoscalingSpec, state: ScalerState) -> float:
+    """The target the loop holds, clamped to the spec's bounds (the spec may have changed since)."""
+    floor, ceiling = loop_bounds(spec)
+    if state.effective_target is None:
+        return spec.target_sm_active
+    return min(ceiling, max(floor, state.effective_target))
+
+
+def band_error(spec: AutoscalingSpec, p99: float, slo_ms: float) -> float:
+    """log(p99 / band edge): > 0 above the band, < 0 below it, 0 inside it; at most `MAX_ERROR` either way."""
+    fb = spec.slo_feedback
+    high, low = fb.band_high * slo_ms, fb.band_low * slo_ms
+    if p99 > high:
+        return min(MAX_ERROR, math.log(p99 / high))
+    if p99 < low:
+        return max(-MAX_ERROR, math.log(max(p99, 1e-6) / low))
+    return 0.0
+
+
+@dataclass(frozen=True)
+class LoopStep(SloStep):
+    """`SloStep` with what the loop carries: the error at its last move, when it moved, since when
+    the pool has been quiet (every pod serving, not overloaded)."""
+
+    error: float | None = None
+    last_move: float | None = None
+    quiet_since: float | None = None
+    outside: tuple[float, float] | None = None
+
+    def remember(self, spec: AutoscalingSpec, state: ScalerState, desired: int, now: float) -> ScalerState:
+        """`state` with what the loop carries to the next sync."""
+        learned = self.target if state.effective_target is not None or self.target != spec.target_sm_active else None
+        return replace(
+            state,
+            effective_target=learned,
+            slo_last_over=self.last_over,
+            slo_last_overloaded=self.last_overloaded,
+            slo_error=self.error,
+            slo_last_move=self.last_move,
+            slo_quiet_since=self.quiet_since,
+            slo_outside=self.outside,
+        )
+
+
+def why_frozen(spec: AutoscalingSpec, obs: Observation, now: float, quiet_since: float | None) -> str | None:
+    """Why the p99 of this sync cannot judge the target (None: it can)."""
+    window = spec.slo_feedback.decrease_interval_seconds
+    serving = sum(1 for p in obs.pods if p.serving)
+    if serving < obs.current_replicas:
+        return f"{obs.current_replicas - serving} of {obs.current_replicas} pods still starting"
+    if quiet_since is None:
+        return "overloaded within the query's window: the queue sizes it"
+    if now - quiet_since < window:
+        return f"pool settled {now - quiet_since:.0f}s ago, within the p99 window ({window}s)"
+    return None
+
+
+def outside_run(state: ScalerState, error: float, now: float) -> tuple[float, float] | None:
+    """The run of readings on this side of the band: (since, the error of least magnitude in it)."""
+    if error == 0.0:
+        return None
+    run = state.slo_outside
+    if run is None or (run[1] > 0) != (error > 0):
+        return (now, error)
+    return (run[0], error if abs(error) < abs(run[1]) else run[1])
+
+
+def slo_loop(
+    spec: AutoscalingSpec,
+    state: ScalerState,
+    obs: Observation,
+    slo_ms: float | None,
+    now: float,
+    *,
+    overloaded: bool,
+    sm_active: float | None,
+) -> LoopStep:
+    """Advance the loop by one sync (see the module docstring).
+
+    `overloaded`: the SM reading of this sync saw queued work or saturated pods. `sm_active`: its
+    mean over the Ready pods (None: no usable reading, and the target does not rise).
+    """
+    fb = spec.slo_feedback
+    floor, ceiling = loop_bounds(spec)
+    current = loop_target(spec, state)
+    last_overloaded = now if overloaded else state.slo_last_overloaded
+    starting = sum(1 for p in obs.pods if p.serving) < obs.current_replicas
+    busy = starting or (last_overloaded is not None and now - last_overloaded < fb.decrease_interval_seconds)
+    quiet_since = None if busy else (state.slo_quiet_since if state.slo_quiet_since is not None else now)
+    held = LoopStep(
+        current,
+        False,
+        None,
+        state.slo_good_since,
+        state.slo_last_decrease,
+        last_over=state.slo_last_over,
+        last_overloaded=last_overloaded,
+        error=state.slo_error,
+        last_move=state.slo_last_move,
+        quiet_since=quiet_since,
+        outside=state.slo_outside,
+    )
+    if not fb.enabled or slo_ms is None or obs.latency is None:
+        return held
+    last_over = state.slo_last_over
+    p99, why = fresh_p99(obs.latency, now, spec.metrics.stale_after_seconds)
+    if p99 is None:
+        holding = last_over is not None and now - last_over < fb.scale_down_hold_seconds
+        return replace(held, reasons=says(why, f"SM target held at {current:.3f}"), hold_down=holding)
+    over = p99 > slo_ms
+    # The scale-down hold keeps capacity that a steady load needed; while pods start or after an
+    # overload the queue sized the capacity, and the down window keeps what the arrivals need.
+    last_over = now if over and quiet_since is not None else last_over
+    holding = last_over is not None and now - last_over < fb.scale_down_hold_seconds
+    eager = p99 > max(fb.eager_scale_up_above, fb.band_high) * slo_ms
+    seen = replace(held, over_slo=over, p99_ms=p99, last_over=last_over, hold_down=holding, eager=eager)
+    band = f"band {fb.band_low * slo_ms:.0f}-{fb.band_high * slo_ms:.0f} ms"
+    head = f"p99 {p99:.1f} ms ({band}, SLO {slo_ms:g} ms)"
+    frozen = why_frozen(spec, obs, now, quiet_since)
+    if frozen is not None:
+        return replace(seen, reasons=says(f"{head}: SM target held at {current:.3f} ({frozen})"), outside=None)
+    run = outside_run(state, band_error(spec, p99, slo_ms), now)
+    seen = replace(seen, outside=run)
+    window = fb.decrease_interval_seconds
+    if state.slo_last_move is not None and now - state.slo_last_move < window:
+        moved = f"moved {now - state.slo_last_move:.0f}s ago, before the p99 could see it"
+        return replace(seen, reasons=says(f"{head}: SM target held at {current:.3f} ({moved})"))
+    if run is not None and now - run[0] < window:
+        short = f"outside the band for {now - run[0]:.0f}s of the {window}s that confirm it"
+        return replace(seen, reasons=says(f"{head}: SM target held at {current:.3f} ({short})"))
+    error = 0.0 if run is None else run[1]
+    last_error = state.slo_error if state.slo_error is not None else 0.0
+    step = -(fb.proportional_gain * (error - last_error) + fb.integral_gain * error)
+    # The proportional term damps a move, never turns it: no rise above the band, no fall below it.
+    step = min(step, 0.0) if error > 0 else max(step, 0.0) if error < 0 else step
+    new = min(ceiling, max(floor, current * math.exp(step)))
+    if new > current:
+        # Only as far as the pool has shown the p99 holds (see the module docstring).
+        reach = current if sm_active is None else max(current, sm_active * RAISE_REACH)
+        new = min(new, reach)
+    if (error == 0.0 and last_error == 0.0) or abs(new - current) < 1e-9:
+        where = (
+            "in the band"
+            if error == 0.0
+            else "at its floor"
+            if new <= floor
+            else "at its ceiling"
+            if new >= ceiling
+            else f"SM active {sm_active or 0.0:.2f} shows no room above it"
+        )
+        return replace(seen, reasons=says(f"{head}: SM target {current:.3f} ({where})"), error=error)
+    msg = f"{head}: SM target {current:.3f} -> {new:.3f}"
+    return replace(seen, target=new, reasons=says(msg), error=error, last_move=now, outside=None)
+
+
+__all__ = [
+    "MAX_ERROR",
+    "MAX_TARGET_SM_ACTIVE",
+    "RAISE_REACH",
+    "LoopStep",
+    "band_error",
+    "loop_bounds",
+    "loop_target",
+    "outside_run",
+    "slo_loop",
+]
