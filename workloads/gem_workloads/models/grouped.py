@@ -18,6 +18,7 @@ Parameters that are DTensors (tensor-parallel shards) are not stacked: callers k
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 import torch
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
 
-def stackable(params: list[Tensor]) -> bool:
+def stackable(params: Sequence[Tensor]) -> bool:
     """Plain tensors of one device and dtype (not tensor-parallel shards): they can be stacked."""
     if not params or any(isinstance(p, DTensor) for p in params):
         return False
@@ -34,7 +35,7 @@ def stackable(params: list[Tensor]) -> bool:
     return all(p.device == first.device and p.dtype == first.dtype and p.shape == first.shape for p in params)
 
 
-def _views_intact(stack: Tensor, params: list[Tensor]) -> bool:
+def _views_intact(stack: Tensor, params: Sequence[Tensor]) -> bool:
     if stack.device != params[0].device or stack.dtype != params[0].dtype or stack.shape[0] != len(params):
         return False
     base = stack.untyped_storage().data_ptr()
@@ -45,10 +46,10 @@ def _views_intact(stack: Tensor, params: list[Tensor]) -> bool:
     )
 
 
-def stacked(owner: nn.Module, key: str, params: list[nn.Parameter]) -> Tensor:
+def stacked(owner: nn.Module, key: str, params: Sequence[Tensor]) -> Tensor:
     """``[len(params), ...]``: a differentiable stack while training, else the packed parameters (no copy)."""
     if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-        return torch.stack(params)
+        return torch.stack(list(params))
     packs: dict[str, Tensor] = owner.__dict__.setdefault("_packed_parameters", {})
     stack = packs.get(key)
     if stack is not None and _views_intact(stack, params):
@@ -111,8 +112,8 @@ class GroupedHeads:
     def __init__(self, owner: nn.Module, heads: nn.ModuleList) -> None:
         self.owner, self.heads = owner, heads
 
-    def params(self, layer: int, name: str) -> list[nn.Parameter]:
-        return [cast(nn.Parameter, getattr(h[layer], name)) for h in self.heads]
+    def params(self, layer: int, name: str) -> list[Tensor]:
+        return [h.get_parameter(f"{layer}.{name}") for h in self.heads]
 
     def available(self) -> bool:
         return stackable(self.params(0, "weight")) and stackable(self.params(2, "weight"))

@@ -390,6 +390,7 @@ class KunlunModel(nn.Module):
             if user_index is None:
                 x = interaction(torch.cat([summary, x], dim=1), x, candidates.domain)
             else:
+                assert isinstance(interaction, MoEInteraction)  # shares_user_state() checked it
                 x = interaction.forward_shared(summary, x, candidates.domain, rows)
         return x, user_state, rows
 
