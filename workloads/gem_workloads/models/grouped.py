@@ -38,10 +38,11 @@ def stackable(params: Sequence[Tensor]) -> bool:
 def _views_intact(stack: Tensor, params: Sequence[Tensor]) -> bool:
     if stack.device != params[0].device or stack.dtype != params[0].dtype or stack.shape[0] != len(params):
         return False
-    base = stack.untyped_storage().data_ptr()
+    # The storage object itself (not its data pointer, which fake tensors of the device tests lack).
+    base = stack.untyped_storage()._cdata
     step = stack.stride(0)
     return all(
-        p.untyped_storage().data_ptr() == base and p.storage_offset() == stack.storage_offset() + i * step
+        p.untyped_storage()._cdata == base and p.storage_offset() == stack.storage_offset() + i * step
         for i, p in enumerate(params)
     )
 
@@ -99,8 +100,8 @@ def grouped_mlp(
     padded = z.new_zeros(num_groups, cap, k)
     padded[sorted_group, slot] = z.index_select(0, order)
     h = F.layer_norm(padded, (k,), eps=eps) * nw[:, None, :] + nb[:, None, :]
-    h = F.gelu(torch.baddbmm(b1[:, None, :], h, w1.transpose(1, 2)))
-    o = torch.baddbmm(b2[:, None, :], h, w2.transpose(1, 2))
+    h = F.gelu(torch.bmm(h, w1.transpose(1, 2)) + b1[:, None, :])
+    o = torch.bmm(h, w2.transpose(1, 2)) + b2[:, None, :]
     out = z.new_empty(z.shape[0], o.shape[-1])
     out[order] = o[sorted_group, slot]
     return out

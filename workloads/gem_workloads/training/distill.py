@@ -177,8 +177,8 @@ def predict(
         sel = np.arange(lo, min(lo + batch_size, len(feed)))
         batch, _ = feed.batch(sel, None if tier is None else tier[sel])
         probs.append(devices.to_numpy(torch.sigmoid(model(batch.to(device)))))
-        labels.append(batch.labels.numpy())
-        masks.append(batch.label_mask.numpy())
+        labels.append(devices.to_numpy(batch.labels))
+        masks.append(devices.to_numpy(batch.label_mask))
     return np.concatenate(probs), np.concatenate(labels), np.concatenate(masks)
 
 
