@@ -102,7 +102,7 @@ def grouped_mlp(
     h = F.layer_norm(padded, (k,), eps=eps) * nw[:, None, :] + nb[:, None, :]
     h = F.gelu(torch.bmm(h, w1.transpose(1, 2)) + b1[:, None, :])
     o = torch.bmm(h, w2.transpose(1, 2)) + b2[:, None, :]
-    out = z.new_empty(z.shape[0], o.shape[-1])
+    out = o.new_empty(z.shape[0], o.shape[-1])
     out[order] = o[sorted_group, slot]
     return out
 
