@@ -44,7 +44,7 @@ from .common import (
 from .features import Batch, CandidateFeatures, FeatureSchema, UserFeatures
 from .grouped import grouped_mlp, stackable, stacked
 from .presets import ModelConfig
-from .sharing import UserRows, fmb_z
+from .sharing import UserRows, gram_rows
 
 
 class SequenceInput(nn.Module):
@@ -223,35 +223,22 @@ class MoEInteraction(nn.Module):
     def forward_shared(self, summary: Tensor, x: Tensor, domain: Tensor, rows: UserRows) -> Tensor:
         """Same as ``forward(cat([summary rows, x]), x, domain)`` with ``summary [U, s, d]`` read by index.
 
-        Needs :meth:`grouped`. Per candidate only its own tokens' products are formed (module
-        docstring of :mod:`.sharing`).
+        Needs :meth:`grouped`. A candidate holds the Gram matrix of its tokens and its user's
+        summaries, never the summaries themselves (module docstring of :mod:`.sharing`).
         """
         s = summary.shape[1]
-        gram_user = torch.bmm(summary, summary.transpose(1, 2))  # [U, s, s]
-        cross = rows.cross(summary, x)  # [N, s, f]
-        gram = torch.bmm(x, x.transpose(1, 2))  # [N, f, f]
-        y = self.shared.y
-        z = fmb_z(rows.take(torch.matmul(gram_user, y[:s])), cross, gram, y[:s], y[s:])
+        gram = gram_rows(summary, x, rows)  # [N, n_in, n_in]
+        z = torch.matmul(gram, self.shared.y)  # X (Xᵀ Y) = (X Xᵀ) Y
         fmb = self.shared.mlp(self.shared.norm(z.flatten(1))).view(-1, self.shared.n_out, self.shared.dim)
         if len(self.experts) > 0:
-            fmb = fmb + self._route_shared(gram_user, cross, gram, domain, rows)
+            if len(self.experts) == 1:
+                domain = torch.zeros_like(domain)  # one expert takes every row, as in route
+            z = torch.bmm(gram, self.expert_stack("y").index_select(0, domain))
+            fmb = fmb + self.expert_mlp(z.flatten(1), domain)
         user_lcb = torch.einsum("os,usd->uod", self.lcb[:, :s], summary)
         lcb = rows.take(user_lcb) + torch.einsum("of,nfd->nod", self.lcb[:, s:], x)
         out: Tensor = self.norm(torch.cat([fmb, lcb], dim=1) + x)
         return out
-
-    def _route_shared(self, gram_user: Tensor, cross: Tensor, gram: Tensor, domain: Tensor, rows: UserRows) -> Tensor:
-        s = gram_user.shape[1]
-        ys = self.expert_stack("y")  # [E, n_in, rank]
-        if ys.shape[0] == 1:
-            domain = torch.zeros_like(domain)  # one expert takes every row, as in route
-        per_user = torch.einsum("uij,ejr->euir", gram_user, ys[:, :s])  # [E, U, s, rank]
-        u = per_user.shape[1]
-        user_row = rows.index if rows.index is not None else torch.arange(domain.shape[0], device=domain.device)
-        top = per_user.flatten(0, 1).index_select(0, domain * u + (0 if rows.broadcast else user_row))
-        y = ys.index_select(0, domain)
-        z = fmb_z(top, cross, gram, y[:, :s], y[:, s:])
-        return self.expert_mlp(z.flatten(1), domain)
 
 
 class DenseToken(nn.Module):

@@ -8,16 +8,18 @@ user, a gather of small per-user results otherwise — and the MoE interaction i
 the user's summary tokens never join the candidate's tokens:
 
 For the factorisation-machine block ``z = X (Xᵀ Y)`` with ``X = [S; x]`` (``S`` the user's
-``s`` summary tokens, ``x`` the candidate's ``f`` tokens) and ``Y = [Y_s; Y_x]``::
+``s`` summary tokens, ``x`` the candidate's ``f`` tokens), ``z = (X Xᵀ) Y`` and the Gram matrix
+of the concatenated tokens is assembled from its blocks::
 
-    z_top = (S Sᵀ) Y_s + (S xᵀ) Y_x          [s, r]
-    z_bot = (S xᵀ)ᵀ Y_s + (x xᵀ) Y_x          [f, r]
+    X Xᵀ = [[S Sᵀ, S xᵀ],
+            [x Sᵀ, x xᵀ]]
 
-so a candidate needs only ``C = S xᵀ`` (``s x f`` dots with its user's summaries) and
-``K = x xᵀ``; ``S Sᵀ Y_s`` is computed once per user. The same holds for the linear compression
-block (``W [S; x] = W_s S + W_x x``) and for the heads' first layer (split by columns). The
-results equal the concatenated form up to float reassociation, and the ``[d, r]`` intermediate
-``Xᵀ Y`` per candidate disappears as well.
+``S Sᵀ`` is computed once per user (and read as a view), ``S xᵀ`` pairs each candidate with its
+user's summaries, ``x xᵀ`` is the candidate's own: a candidate holds an ``(s + f)²`` matrix
+instead of ``s + f`` tokens of width ``d`` (and the ``[d, r]`` product ``Xᵀ Y`` per candidate
+of the concatenated form is gone). The linear compression block splits the same way
+(``W [S; x] = W_s S + W_x x``), as does the heads' first layer (by columns). Results equal the
+concatenated form up to float reassociation.
 """
 
 from __future__ import annotations
@@ -60,16 +62,17 @@ class UserRows:
         return torch.bmm(self.take(summary), x.transpose(1, 2))
 
 
-def fmb_z(user_top: Tensor, cross: Tensor, gram: Tensor, y_s: Tensor, y_x: Tensor) -> Tensor:
-    """The FMB's ``z = X (Xᵀ Y)`` ``[N, s + f, r]`` from its parts (see the module docstring).
+def gram_rows(summary: Tensor, x: Tensor, rows: UserRows) -> Tensor:
+    """``X Xᵀ`` per candidate with ``X = [S[user(n)]; x[n]]``: ``[N, s + f, s + f]``.
 
-    ``user_top``: ``S Sᵀ Y_s`` per candidate's row (a view or gather of a per-user tensor);
-    ``cross``: ``S xᵀ`` ``[N, s, f]``; ``gram``: ``x xᵀ`` ``[N, f, f]``; ``y_s``/``y_x``: the
-    block's ``Y`` split at ``s``, either shared (``[s, r]``) or one per row (``[N, s, r]``).
+    ``summary [U, s, d]`` (one row per user), ``x [N, f, d]`` (the candidates' tokens).
     """
-    top = user_top + torch.matmul(cross, y_x)
-    bottom = torch.matmul(cross.transpose(1, 2), y_s) + torch.matmul(gram, y_x)
+    cross = rows.cross(summary, x)  # [N, s, f]
+    user = rows.take(torch.bmm(summary, summary.transpose(1, 2)))  # [N, s, s], a view for one user
+    own = torch.bmm(x, x.transpose(1, 2))  # [N, f, f]
+    top = torch.cat([user, cross], dim=2)
+    bottom = torch.cat([cross.transpose(1, 2), own], dim=2)
     return torch.cat([top, bottom], dim=1)
 
 
-__all__ = ["UserRows", "fmb_z"]
+__all__ = ["UserRows", "gram_rows"]
