@@ -5,9 +5,11 @@ Run:  python bench/serving_sharing.py [--quick] [--out bench/serving_profile_cpu
 1. Model time, one request at a time, ``small`` preset with a 1,024-event user sequence, at
    64 / 256 / 1,024 candidates: *shared* encodes the user sequence once per request and
    broadcasts it to the N candidates (cost U + N*A); the *per-candidate* baseline encodes it
-   once per candidate (N*(U + A)), as a ranker without sharing does. The two are measured
-   interleaved in the same run (this machine is shared: load moves). Prints throughput ratio
-   and p50/p99 latency.
+   once per candidate (N*(U + A)), as a ranker without sharing does. Shared requests are also
+   timed with the user state copied per candidate (*copied*) and with the code before
+   (*previous*: copied, experts and task heads one after the other), for the p99 target (no
+   worse than before at 256 candidates). All are measured interleaved in the same run (this
+   machine is shared: load moves). Prints throughput ratio and p50/p99 latency.
 2. Service profile: a real server process (``python -m gem_workloads.serving --preset small
    --seq-len 1024``) under closed-loop HTTP load at concurrency 1..8 and 64 / 256 candidates:
    throughput and latency per replica. The profile file (``--out``) holds only the keys
@@ -15,12 +17,20 @@ Run:  python bench/serving_sharing.py [--quick] [--out bench/serving_profile_cpu
    ``--profile-candidates`` and ``latency_p99_ms`` vs utilisation); the full
    measurements go next to it (``*-details.json``). CPU numbers: they describe this code on
    this machine, not a GPU replica; ``bench/serving_gpu_p99.py`` is the GPU counterpart.
+3. Memory of one request, candidates reading the user state by index (*shared*) beside the
+   previous path that copied the state per candidate (*copied*, ``--copy-user-state``): bytes the
+   tensors of one request allocate, and their peak, at 64 / 256 / 1,024 candidates (counted op by
+   op with a dispatch mode); then, measured from outside, the peak RSS (``VmHWM``) of a real
+   ``base`` server process after one request of 1 candidate and after one of 1,024.
+   Target: the shared server's growth at most a quarter of 337 MB (the copied path's growth when
+   it was the only one).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -28,6 +38,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,29 +54,43 @@ def model_time(cands: list[int], seq_len: int, budget_s: float, min_reps: int) -
     from gem_workloads.scoring.request import example_request, parse_request
 
     loaded = preset_model("small", seq_len=seq_len)
-    engine = Engine(loaded)
+    # shared: state read by index; copied: state copied per candidate; previous: copied, experts and heads
+    # one after the other (the code before both changes); per_candidate: the user encoded per candidate.
+    engines = {"shared": Engine(loaded), "copied": Engine(loaded, copy_user_state=True)}
+    runs = {
+        "shared": ("shared", True),
+        "copied": ("copied", True),
+        "previous": ("copied", True),
+        "per_candidate": ("shared", False),
+    }
     rows = []
     for n in cands:
         req = parse_request(example_request(loaded.schema, n, seq_len, seed=n), loaded.schema, seq_len, n)
-        lat: dict[bool, list[float]] = {True: [], False: []}
-        for share in (True, False):  # warm-up
-            engine.score([req], share)
+        lat: dict[str, list[float]] = {name: [] for name in runs}
+
+        def once(name: str, lat: dict[str, list[float]] = lat, req: Any = req) -> None:
+            engine, share = runs[name]
+            with loops() if name == "previous" else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                engines[engine].score([req], share)
+                lat[name].append(time.perf_counter() - t0)
+
+        for name in runs:  # warm-up
+            once(name)
+            lat[name].clear()
         start = time.monotonic()
         while True:
-            for share in (True, False):
-                t0 = time.perf_counter()
-                engine.score([req], share)
-                lat[share].append(time.perf_counter() - t0)
+            for name in runs:
+                once(name)
             # Shared requests are cheap: take several per baseline request so its percentiles mean something.
-            while sum(lat[True]) < sum(lat[False]) / 2 and len(lat[True]) < 400:
-                t0 = time.perf_counter()
-                engine.score([req], True)
-                lat[True].append(time.perf_counter() - t0)
-            if len(lat[False]) >= min_reps and time.monotonic() - start > budget_s:
+            while sum(lat["shared"]) < sum(lat["per_candidate"]) / 2 and len(lat["shared"]) < 400:
+                for name in ("previous", "copied", "shared"):
+                    once(name)
+            if len(lat["per_candidate"]) >= min_reps and time.monotonic() - start > budget_s:
                 break
         row: dict[str, Any] = {"candidates": n, "seq_len": seq_len, "torch_threads": torch.get_num_threads()}
-        for share, name in ((True, "shared"), (False, "per_candidate")):
-            a = np.asarray(lat[share]) * 1000
+        for name in runs:
+            a = np.asarray(lat[name]) * 1000
             row[name] = {
                 "requests": len(a),
                 "throughput_rps": round(1000 / float(a.mean()), 3),
@@ -82,7 +107,28 @@ def model_time(cands: list[int], seq_len: int, budget_s: float, min_reps: int) -
             f"p99 {row['per_candidate']['p99_ms']:8.1f} ms) | ratio {row['throughput_ratio']:.1f}x",
             flush=True,
         )
+        print(
+            f"         state read by index p99 {row['shared']['p99_ms']:8.1f} ms | copied p99 "
+            f"{row['copied']['p99_ms']:8.1f} ms (p50 {row['copied']['p50_ms']:6.1f}) | previous code p99 "
+            f"{row['previous']['p99_ms']:8.1f} ms (p50 {row['previous']['p50_ms']:6.1f})",
+            flush=True,
+        )
     return rows
+
+
+@contextlib.contextmanager
+def loops() -> Iterator[None]:
+    """Experts and task heads one after the other, as before they ran grouped (their loops are kept)."""
+    from gem_workloads.models.grouped import GroupedHeads
+    from gem_workloads.models.kunlun import MoEInteraction
+
+    saved = MoEInteraction.grouped, GroupedHeads.available
+    MoEInteraction.grouped = lambda self: False  # type: ignore[method-assign]
+    GroupedHeads.available = lambda self: False  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        MoEInteraction.grouped, GroupedHeads.available = saved  # type: ignore[method-assign]
 
 
 def _free_port() -> int:
@@ -210,6 +256,8 @@ def main() -> int:
     # (measured: 4-290 ms for the same 1,024-event encode with 2 threads under load, 5-9 ms with 1).
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--skip-profile", action="store_true")
+    ap.add_argument("--skip-memory", action="store_true", help="skip part 3 (bytes per request, server peak RSS)")
+    ap.add_argument("--memory-preset", default="base", help="preset of part 3 (the target is stated for base)")
     args = ap.parse_args()
     import torch
 
@@ -253,9 +301,18 @@ def main() -> int:
         details.write_text(json.dumps(result, indent=1) + "\n")
         print(f"profile -> {out}  (details -> {details})")
         print(json.dumps(profile))
+    if not args.skip_memory:
+        print(f"3. memory of one request, state read by index vs copied per candidate ({args.memory_preset} preset)")
+        from serving_memory import run as memory_run
+
+        result["memory"] = memory_run(args.memory_preset, [64, 256, 1024], rss=True)
     result["machine"]["load_average_end"] = os.getloadavg()
     at256 = next(r for r in sharing if r["candidates"] == 256)
     print(f"sharing vs per-candidate at 256 candidates: {at256['throughput_ratio']:.1f}x (target >= 10x)")
+    shared99, before99 = at256["shared"]["p99_ms"], at256["previous"]["p99_ms"]
+    verdict = "met" if shared99 <= before99 else "MISSED"
+    print(f"CPU p99 at 256 candidates: {shared99:.1f} ms now, {before99:.1f} ms with the previous code "
+          f"(target: no worse): {verdict}")  # fmt: skip
     return 0
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig
 from torchrec.modules.embedding_configs import PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from .features import SEQUENCE_SOURCE, CategoricalFeature, SequenceGroup
+from .grouped import GroupedHeads
 
 
 @dataclass
@@ -30,7 +33,11 @@ class UserState:
         return int(self.tokens.shape[0])
 
     def select(self, index: Tensor) -> UserState:
-        """Rows ``index`` (one per candidate): broadcasts a user's state to its N candidates."""
+        """Rows ``index`` (one per candidate): a copy of the user's state for each of its candidates.
+
+        Scoring reads the state by index instead (:class:`~.sharing.UserRows`); this per-candidate
+        copy stays as the reference the shared path is tested and benchmarked against.
+        """
         return UserState(self.tokens.index_select(0, index), self.summaries.index_select(0, index))
 
 
@@ -131,13 +138,41 @@ def mlp(dims: list[int], out_act: bool = False) -> nn.Sequential:
 
 
 class TaskHeads(nn.Module):
-    """One small MLP per task over the final representation: logits ``[N, T]``."""
+    """One small MLP per task over the final representation: logits ``[N, T]``.
+
+    Run as one matmul for every task's hidden layer and one batched dot for the outputs
+    (:class:`~.grouped.GroupedHeads`); the per-task modules stay (same state dict). Tensor-parallel
+    shards fall back to :meth:`forward_loop`.
+    """
 
     def __init__(self, in_dim: int, hidden: int, num_tasks: int) -> None:
         super().__init__()
         self.heads = nn.ModuleList([mlp([in_dim, hidden, 1]) for _ in range(num_tasks)])
 
     def forward(self, x: Tensor) -> Tensor:
+        grouped = GroupedHeads(self, self.heads)
+        if not grouped.available():
+            return self.forward_loop(x)
+        w1, b1, w2, b2 = grouped.weights()
+        return grouped.finish(F.linear(x, w1, b1), w2, b2)
+
+    def forward_split(self, own: Tensor, user: Tensor, take: Callable[[Tensor], Tensor]) -> Tensor:
+        """Logits of ``concat(own [N, a], user rows)`` without building the concatenation.
+
+        ``user [U, in - a]`` holds one row per user; ``take`` maps a ``[U, ...]`` tensor to the
+        candidates' rows (a broadcast view for one user). The user's share of the hidden layer is
+        computed once per user.
+        """
+        grouped = GroupedHeads(self, self.heads)
+        if not grouped.available():
+            return self.forward_loop(torch.cat([own, take(user)], dim=1))
+        w1, b1, w2, b2 = grouped.weights()
+        a = own.shape[1]
+        hidden = F.linear(own, w1[:, :a], b1) + take(F.linear(user, w1[:, a:]))
+        return grouped.finish(hidden, w2, b2)
+
+    def forward_loop(self, x: Tensor) -> Tensor:
+        """One head after the other (tensor-parallel shards; the reference of the grouped forward)."""
         return torch.cat([h(x) for h in self.heads], dim=1)
 
 

@@ -42,7 +42,9 @@ from .common import (
     sequence_embeddings,
 )
 from .features import Batch, CandidateFeatures, FeatureSchema, UserFeatures
+from .grouped import grouped_mlp, stackable, stacked
 from .presets import ModelConfig
+from .sharing import UserRows, gram_rows
 
 
 class EventEncoders(nn.Module):
@@ -183,7 +185,13 @@ class FactorisationMachineBlock(nn.Module):
 
 
 class MoEInteraction(nn.Module):
-    """Shared FMB expert + per-domain FMB experts + LCB, residual over the non-sequence tokens."""
+    """Shared FMB expert + per-domain FMB experts + LCB, residual over the non-sequence tokens.
+
+    The domain experts run as one grouped computation (:mod:`.grouped`: stacked ``Y``, two bmm
+    over the rows grouped by domain); :meth:`route_loop` is the per-expert loop it replaces, kept
+    for tensor-parallel shards. :meth:`forward_shared` is the serving form that reads the user's
+    summaries by index (:mod:`.sharing`).
+    """
 
     def __init__(self, n_in: int, n_out: int, dim: int, rank: int, hidden: int, num_domains: int) -> None:
         super().__init__()
@@ -209,12 +217,64 @@ class MoEInteraction(nn.Module):
         if len(self.experts) == 1:
             out: Tensor = self.experts[0](tokens)
             return out
+        if not self.grouped():
+            return self.route_loop(tokens, domain)
+        y = self.expert_stack("y").index_select(0, domain)  # [B, n_in, rank]
+        z = torch.bmm(tokens, torch.bmm(tokens.transpose(1, 2), y))
+        return self.expert_mlp(z.flatten(1), domain)
+
+    def route_loop(self, tokens: Tensor, domain: Tensor) -> Tensor:
+        """One expert after the other on its rows (the reference of the grouped :meth:`route`)."""
         routed = tokens.new_zeros(tokens.shape[0], self.shared.n_out, self.shared.dim)
         for i, expert in enumerate(self.experts):
             # Every expert runs (possibly on zero rows) so that all ranks see the same graph.
             idx = (domain == i).nonzero().squeeze(1)
             routed = routed.index_add(0, idx, expert(tokens.index_select(0, idx)))
         return routed
+
+    def fmbs(self) -> list[FactorisationMachineBlock]:
+        return [e for e in self.experts if isinstance(e, FactorisationMachineBlock)]
+
+    def grouped(self) -> bool:
+        """Whether the experts can run grouped: all held here, as plain (not tensor-parallel) tensors."""
+        fmbs = self.fmbs()
+        if len(fmbs) != len(self.experts):
+            return False
+        return not fmbs or all(
+            stackable([e.get_parameter(name) for e in fmbs]) for name in ("y", "mlp.0.weight", "mlp.2.weight")
+        )
+
+    def expert_stack(self, name: str) -> Tensor:
+        """Parameter ``name`` of every expert, stacked ``[E, ...]`` (packed views when not training)."""
+        return stacked(self, name, [e.get_parameter(name) for e in self.fmbs()])
+
+    def expert_mlp(self, z: Tensor, domain: Tensor) -> Tensor:
+        """The experts' ``MLP(LN(z))`` on ``z [B, n_in * rank]``, row ``i`` by expert ``domain[i]``."""
+        norm = (self.expert_stack("norm.weight"), self.expert_stack("norm.bias"))
+        first = (self.expert_stack("mlp.0.weight"), self.expert_stack("mlp.0.bias"))
+        second = (self.expert_stack("mlp.2.weight"), self.expert_stack("mlp.2.bias"))
+        out = grouped_mlp(z, domain, (*norm, self.shared.norm.eps), first, second)
+        return out.view(-1, self.shared.n_out, self.shared.dim)
+
+    def forward_shared(self, summary: Tensor, x: Tensor, domain: Tensor, rows: UserRows) -> Tensor:
+        """Same as ``forward(cat([summary rows, x]), x, domain)`` with ``summary [U, s, d]`` read by index.
+
+        Needs :meth:`grouped`. A candidate holds the Gram matrix of its tokens and its user's
+        summaries, never the summaries themselves (module docstring of :mod:`.sharing`).
+        """
+        s = summary.shape[1]
+        gram = gram_rows(summary, x, rows)  # [N, n_in, n_in]
+        z = torch.matmul(gram, self.shared.y)  # X (Xᵀ Y) = (X Xᵀ) Y
+        fmb = self.shared.mlp(self.shared.norm(z.flatten(1))).view(-1, self.shared.n_out, self.shared.dim)
+        if len(self.experts) > 0:
+            if len(self.experts) == 1:
+                domain = torch.zeros_like(domain)  # one expert takes every row, as in route
+            z = torch.bmm(gram, self.expert_stack("y").index_select(0, domain))
+            fmb = fmb + self.expert_mlp(z.flatten(1), domain)
+        user_lcb = torch.einsum("os,usd->uod", self.lcb[:, :s], summary)
+        lcb = rows.take(user_lcb) + torch.einsum("of,nfd->nod", self.lcb[:, s:], x)
+        out: Tensor = self.norm(torch.cat([fmb, lcb], dim=1) + x)
+        return out
 
 
 class DenseToken(nn.Module):
@@ -315,23 +375,51 @@ class KunlunModel(nn.Module):
 
         ``user_index[n]`` is the row of ``user_state`` that candidate ``n`` belongs to (``None``:
         candidate ``n`` belongs to user ``n``). One request = one user row and N candidates
-        with ``user_index = zeros(N)``: the sequence is encoded once, not N times.
+        with ``user_index = zeros(N)``: the sequence is encoded once, not N times, and the
+        candidates read the user's state by index (:mod:`.sharing`), never a copy of it.
         """
-        logits: Tensor = self.heads(self.embed_candidates(user_state, candidates, user_index))
-        return logits
+        x, state, rows = self.interact(user_state, candidates, user_index)
+        last = state.summaries[:, -1].flatten(1)
+        if rows.index is None:
+            logits: Tensor = self.heads(torch.cat([x.flatten(1), last], dim=1))
+            return logits
+        return self.heads.forward_split(x.flatten(1), last, rows.take)
 
     def embed_candidates(
         self, user_state: UserState, candidates: CandidateFeatures, user_index: Tensor | None = None
     ) -> Tensor:
         """The user-ad embedding ``[N, embedding_size]`` the task heads read (what Solaris precomputes)."""
-        state = user_state if user_index is None else user_state.select(user_index)
+        x, state, rows = self.interact(user_state, candidates, user_index)
+        return torch.cat([x.flatten(1), rows.take(state.summaries[:, -1].flatten(1))], dim=1)
+
+    def shares_user_state(self) -> bool:
+        """Whether candidates can read the user state by index (every interaction local and grouped)."""
+        return all(isinstance(m, MoEInteraction) and m.grouped() for m in self.interactions)
+
+    def interact(
+        self, user_state: UserState, candidates: CandidateFeatures, user_index: Tensor | None
+    ) -> tuple[Tensor, UserState, UserRows]:
+        """The last interaction's tokens ``[N, n_feat, d]``, the user state they read, and how they read it.
+
+        With ``user_index`` the state is read by index (:meth:`MoEInteraction.forward_shared`);
+        without, row ``n`` of the state is candidate ``n``'s (training). A model that cannot share
+        (tensor-parallel shards) copies the state per candidate first.
+        """
+        if user_index is not None and not self.shares_user_state():
+            user_state, user_index = user_state.select(user_index), None
+        rows = UserRows(user_index, user_state.size)
         item = pooled_tokens(self.sparse.item, candidates.categorical, self.schema.item_names)
         # Per-token LayerNorm: embedding tables start at very different scales.
-        x = self.token_norm(torch.cat([state.tokens, item, self.domain_token(candidates.domain)], dim=1))
+        tokens = [rows.take(user_state.tokens), item, self.domain_token(candidates.domain)]
+        x = self.token_norm(torch.cat(tokens, dim=1))
         for layer, interaction in enumerate(self.interactions):
-            x = interaction(torch.cat([state.summaries[:, layer], x], dim=1), x, candidates.domain)
-        final = torch.cat([x.flatten(1), state.summaries[:, -1].flatten(1)], dim=1)
-        return final
+            summary = user_state.summaries[:, layer]
+            if user_index is None:
+                x = interaction(torch.cat([summary, x], dim=1), x, candidates.domain)
+            else:
+                assert isinstance(interaction, MoEInteraction)  # shares_user_state() checked it
+                x = interaction.forward_shared(summary, x, candidates.domain, rows)
+        return x, user_state, rows
 
     @property
     def embedding_size(self) -> int:

@@ -38,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fallback", default="exact,userAdGroupAggregate,similarUser", help="read-path tiers, in order")
     p.add_argument("--workers", type=int, default=1, help="Ray worker actors in this pod")
     p.add_argument("--gpus-per-worker", type=float, default=0.0)
+    p.add_argument("--device", default=None, help="cuda, cpu (default $GEM_DEVICE, else cuda when present, else cpu)")
     p.add_argument("--metrics-port", type=int, default=9102, help="Prometheus /metrics (0: off)")
     p.add_argument(
         "--consumer", default=os.environ.get("HOSTNAME") or socket.gethostname(), help="consumer-name prefix"
@@ -97,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from ..models.devices import DeviceError, resolve_device
+
+    try:
+        resolve_device(args.device)  # each worker resolves it again where Ray placed it
+    except DeviceError as exc:
+        print(f"error: --device: {exc}", file=sys.stderr)
+        return 2
     if args.workers < 1 or args.ttl_seconds < 1:
         print("error: --workers and --ttl-seconds must be >= 1", file=sys.stderr)
         return 2
@@ -120,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         stop,
         max_seconds=args.max_seconds,
         gpus_per_worker=args.gpus_per_worker,
+        device=args.device,
     )
     ray.shutdown()
     print(json.dumps({"stopped": True, **total.__dict__}))

@@ -102,17 +102,25 @@ class WorkerActor:
     """What each Ray actor runs (wrapped with ``ray.remote`` by :func:`run_pool`)."""
 
     def __init__(
-        self, cfg: dict[str, Any], source_url: str, store_url: str, model_dir: str | None, preset: str | None
+        self,
+        cfg: dict[str, Any],
+        source_url: str,
+        store_url: str,
+        model_dir: str | None,
+        preset: str | None,
+        device: str | None = None,
     ) -> None:
         import redis
         import torch
 
+        from ..models.devices import resolve_device
         from ..scoring.engine import Engine, load_model
         from .worker import PrecomputeWorker
 
         torch.set_num_threads(1)
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        engine = Engine(load_model(model_dir, preset, device), device)
+        # --device, else $GEM_DEVICE, else the GPU Ray gave this actor (CUDA_VISIBLE_DEVICES), else the CPU
+        where = resolve_device(device)
+        engine = Engine(load_model(model_dir, preset, where), where)
         source = redis.Redis.from_url(source_url)
         store = source if store_url == source_url else redis.Redis.from_url(store_url)
         self.worker = PrecomputeWorker(WorkerConfig(**cfg), source, engine, store)
@@ -155,6 +163,7 @@ def run_pool(
     slice_seconds: float = 2.0,
     max_seconds: float | None = None,
     gpus_per_worker: float = 0.0,
+    device: str | None = None,
 ) -> StepStats:
     """Run ``workers`` actors until ``stop`` is set (or ``max_seconds``); returns the totals."""
     import ray
@@ -169,7 +178,7 @@ def run_pool(
         nonlocal generation
         generation += 1
         consumer = f"{cfg.consumer}-{i}-g{generation}"
-        return remote_cls.remote({**base, "consumer": consumer}, source_url, store_url, model_dir, preset)
+        return remote_cls.remote({**base, "consumer": consumer}, source_url, store_url, model_dir, preset, device)
 
     actors = [start(i) for i in range(workers)]
     running: dict[Any, int] = {actors[i].run.remote(slice_seconds): i for i in range(workers)}

@@ -14,7 +14,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -24,7 +24,8 @@ import torch
 
 from ..data.blocks import cap_schema
 from ..data.synthetic import SyntheticConfig, synthetic_schema
-from ..models import FeatureSchema, ModelConfig, build_model, get_preset
+from ..models import FeatureSchema, ModelConfig, build_model, devices, get_preset
+from ..models.devices import DeviceError, module_device, same_device
 from ..models.features import CandidateFeatures, UserFeatures
 from ..models.model_dir import LoadedModel, load_model_dir
 from ..models.vertical import VerticalModel
@@ -64,10 +65,29 @@ def load_model(model_dir: str | None, preset: str | None, device: torch.device) 
 
 @dataclass
 class Engine:
-    """A loaded model that scores batches of validated requests (call from one thread)."""
+    """A loaded model that scores batches of validated requests (call from one thread).
+
+    ``device``: where the model's weights are and where every input is moved (default: the
+    model's own device; a different one is refused, since every request would then fail).
+    ``copy_user_state``: give each candidate its own copy of the user state (the path before
+    candidates read it by index; kept as the baseline of ``bench/serving_sharing.py``).
+    """
 
     loaded: LoadedModel
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    device: torch.device | None = None
+    copy_user_state: bool = False
+
+    def __post_init__(self) -> None:
+        held = module_device(self.loaded.model)
+        if self.device is None:
+            self.device = held or torch.device("cpu")
+        elif held is not None and not same_device(held, self.device):
+            raise DeviceError(f"the model's weights are on {held}, the engine would move its inputs to {self.device}")
+
+    @property
+    def on(self) -> torch.device:
+        assert self.device is not None
+        return self.device
 
     @property
     def schema(self) -> FeatureSchema:
@@ -81,50 +101,59 @@ class Engine:
     def task_names(self) -> list[str]:
         return [t.name for t in self.loaded.schema.tasks]
 
-    @torch.inference_mode()
     def score(self, requests: list[RankRequest], share: bool) -> list[npt.NDArray[np.float32]]:
         """Probabilities ``[n_i, num_tasks]`` per request."""
+        probs = devices.to_numpy(self.probabilities(requests, share))
+        return _split(probs, requests)
+
+    @torch.inference_mode()
+    def probabilities(self, requests: list[RankRequest], share: bool) -> torch.Tensor:
+        """Probabilities ``[sum n_i, num_tasks]`` on the engine's device."""
         inputs = collate_requests(requests, self.schema, share)
         model: ScoringModel = self.loaded.model  # type: ignore[assignment]
-        index = inputs.user_index.to(self.device) if inputs.user_index is not None else None
+        index = inputs.user_index.to(self.on) if inputs.user_index is not None else None
         if isinstance(model, VerticalModel):  # knowledge-transfer inputs from the store (see .side_inputs)
             side = batch_side_inputs(
-                model, [r.side for r in requests], [r.num_candidates for r in requests], share, self.device
+                model, [r.side for r in requests], [r.num_candidates for r in requests], share, self.on
             )
-            logits = model.score(inputs.user.to(self.device), inputs.candidates.to(self.device), side, index)
+            logits = model.score(inputs.user.to(self.on), inputs.candidates.to(self.on), side, index)
         else:
-            state = model.encode_user(inputs.user.to(self.device))
-            logits = model.score_candidates(state, inputs.candidates.to(self.device), index)
-        probs = torch.sigmoid(logits.float()).cpu().numpy()
-        out, start = [], 0
-        for r in requests:
-            out.append(probs[start : start + r.num_candidates])
-            start += r.num_candidates
-        return out
+            state = model.encode_user(inputs.user.to(self.on))
+            if self.copy_user_state and index is not None:
+                state, index = state.select(index), None  # type: ignore[attr-defined]
+            logits = model.score_candidates(state, inputs.candidates.to(self.on), index)
+        return torch.sigmoid(logits.float())
 
     @torch.inference_mode()
     def embed(self, requests: list[RankRequest]) -> tuple[list[npt.NDArray[np.float32]], npt.NDArray[np.float32]]:
         """User-ad embeddings ``[n_i, D]`` per request (user encoded once per request), and one
         behaviour vector per request's user (its final sequence summary, mean over seeds)."""
+        emb, users = self.embeddings(requests)
+        return _split(devices.to_numpy(emb), requests), devices.to_numpy(users)
+
+    @torch.inference_mode()
+    def embeddings(self, requests: list[RankRequest]) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`embed` on the engine's device: ``([sum n_i, D], [num requests, d])``."""
         inputs = collate_requests(requests, self.schema, share=True)
         model: ScoringModel = self.loaded.model  # type: ignore[assignment]
-        state = model.encode_user(inputs.user.to(self.device))
-        index = inputs.user_index.to(self.device) if inputs.user_index is not None else None
-        emb = model.embed_candidates(state, inputs.candidates.to(self.device), index).float().cpu().numpy()
-        users = _behaviour_vectors(state)
-        out, start = [], 0
-        for r in requests:
-            out.append(emb[start : start + r.num_candidates])
-            start += r.num_candidates
-        return out, users
+        state = model.encode_user(inputs.user.to(self.on))
+        index = inputs.user_index.to(self.on) if inputs.user_index is not None else None
+        emb = model.embed_candidates(state, inputs.candidates.to(self.on), index)
+        return emb, _behaviour_vectors(state)
 
 
-def _behaviour_vectors(state: object) -> npt.NDArray[np.float32]:
+def _split(rows: npt.NDArray[np.float32], requests: list[RankRequest]) -> list[npt.NDArray[np.float32]]:
+    out, start = [], 0
+    for r in requests:
+        out.append(rows[start : start + r.num_candidates])
+        start += r.num_candidates
+    return out
+
+
+def _behaviour_vectors(state: object) -> torch.Tensor:
     summaries: torch.Tensor = state.summaries  # type: ignore[attr-defined]
     tokens: torch.Tensor = state.tokens  # type: ignore[attr-defined]
-    vec = summaries[:, -1].mean(1) if summaries.numel() else tokens.mean(1)
-    result: npt.NDArray[np.float32] = vec.float().cpu().numpy()
-    return result
+    return summaries[:, -1].mean(1) if summaries.numel() else tokens.mean(1)
 
 
 class QueueFull(Exception):

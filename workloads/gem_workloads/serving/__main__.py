@@ -17,6 +17,7 @@ import torch
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from ..models.devices import DEVICE_ENV, DeviceError, resolve_device
 from ..models.model_dir import LoadedModel
 from ..scoring.engine import load_model, preset_model
 from ..scoring.request import example_request
@@ -42,8 +43,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument(
         "--device",
-        default="cuda" if torch.cuda.is_available() else "cpu",
-        help="cuda, cpu, or emulated:NAME (an emulated accelerator: real model on the CPU, device time from a profile)",
+        default=None,
+        help="cuda[:N], cpu, or emulated:NAME (an emulated accelerator: real model on the CPU, device time from a "
+        "profile); default $GEM_DEVICE, else cuda when present, else cpu",
+    )
+    p.add_argument(
+        "--copy-user-state",
+        action="store_true",
+        help="copy the user state per candidate instead of reading it by index (a benchmark baseline)",
     )
     p.add_argument("--device-profile", help="with --device emulated:NAME: a profile file instead of the built-in NAME")
     p.add_argument("--device-time-scale", type=float, default=1.0, help="with emulated: a device X times slower")
@@ -90,17 +97,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     registry = CollectorRegistry()
     emulated = None
-    if args.device.startswith("emulated"):
+    wanted = args.device or os.environ.get(DEVICE_ENV, "")
+    if wanted.startswith("emulated"):
         from .device import DeviceProfileError, parse_device
 
         try:
-            emulated = parse_device(args.device, args.device_profile, args.device_time_scale, registry)
+            emulated = parse_device(wanted, args.device_profile, args.device_time_scale, registry)
         except DeviceProfileError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    device = torch.device("cpu" if emulated is not None else args.device)
+    try:
+        device = torch.device("cpu") if emulated is not None else resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"error: --device: {exc}", file=sys.stderr)
+        return 2
     cfg = ServerConfig(
         emulated_device=emulated,
+        device=str(device),
+        copy_user_state=args.copy_user_state,
         share=not args.no_sharing,
         max_candidates=args.max_candidates,
         max_batch_requests=args.max_batch_size,

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -49,6 +50,8 @@ class ServerConfig:
     max_queue: int = 256
     batch_timeout_s: float = 0.002
     emulated_device: EmulatedDevice | None = None  # --device emulated:NAME (serving/device.py)
+    device: str = "cpu"  # where the loaded model's weights are: the engine moves every input there
+    copy_user_state: bool = False  # --copy-user-state: per-candidate copies (the sharing bench's baseline)
 
 
 class ServerState:
@@ -69,11 +72,12 @@ class ServerState:
             self.load_error = f"model failed to load: {exc}"
             log.error(self.load_error)
             return
-        engine = Engine(loaded)
-        if self.cfg.emulated_device is not None:
-            from .device import EmulatedEngine
-
-            engine = EmulatedEngine(loaded, emulated=self.cfg.emulated_device)
+        try:
+            engine = self._engine(loaded)
+        except ValueError as exc:  # weights on another device than the one the inputs go to
+            self.load_error = f"model failed to load: {exc}"
+            log.error(self.load_error)
+            return
         batcher = Batcher(
             engine,
             share=self.cfg.share,
@@ -90,6 +94,14 @@ class ServerState:
         self.metrics.model_load_seconds.set(time.perf_counter() - t0)
         self.metrics.ready.set(1)
         log.info("model %s (%s) loaded in %.2fs", loaded.version, loaded.kind, time.perf_counter() - t0)
+
+    def _engine(self, loaded: LoadedModel) -> Engine:
+        device = torch.device(self.cfg.device)
+        if self.cfg.emulated_device is not None:
+            from .device import EmulatedEngine
+
+            return EmulatedEngine(loaded, device, self.cfg.copy_user_state, emulated=self.cfg.emulated_device)
+        return Engine(loaded, device, self.cfg.copy_user_state)
 
 
 STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)

@@ -48,7 +48,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sparse-lr", type=float, default=0.05, help="embedding Adagrad learning rate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="auto: $GEM_DEVICE, else cuda when present, else cpu",
+    )
     p.add_argument("--bf16", action="store_true", help="FSDP2 mixed precision: bf16 params, fp32 reduce")
     p.add_argument("--comp-skip", choices=["on", "off"], help="override the preset's CompSkip")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default GEM_METRICS_PORT or 9400; 0 = off)")

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ..data.blocks import collate
 from ..data.timeline import TimedDataset
+from ..models import devices
 from ..models.features import Batch, FeatureSchema
 from .coverage import TierSources, assign_tiers, tier_embeddings
 from .foundation_pass import FoundationPass
@@ -124,9 +125,17 @@ class ExampleFeed:
 
 
 def fit(
-    model: nn.Module, feed: ExampleFeed, cfg: FitConfig, log: Callable[[int, float], None] | None = None
+    model: nn.Module,
+    feed: ExampleFeed,
+    cfg: FitConfig,
+    log: Callable[[int, float], None] | None = None,
+    device: torch.device | None = None,
 ) -> list[float]:
-    """Adam over every parameter; one shuffled pass per epoch. Returns the mean loss per epoch."""
+    """Adam over every parameter; one shuffled pass per epoch. Returns the mean loss per epoch.
+
+    ``device``: where the model is and every batch goes (default: the CPU).
+    """
+    device = device or torch.device("cpu")
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng([cfg.seed, 11])
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -139,11 +148,12 @@ def fit(
         for lo in range(0, len(order), cfg.batch_size):
             sel = order[lo : lo + cfg.batch_size]
             batch, soft = feed.batch(sel, None if tiers is None else tiers[sel])
+            batch, soft = batch.to(device), None if soft is None else soft.to(device)
             loss = kd_loss(model(batch), batch.labels, batch.label_mask, soft, cfg.kd_weight)
             opt.zero_grad(set_to_none=True)
             torch.autograd.backward(loss)
             opt.step()
-            total, steps = total + float(loss.detach()), steps + 1
+            total, steps = total + float(devices.to_numpy(loss)), steps + 1
         losses.append(total / max(steps, 1))
         if log is not None:
             log(epoch, losses[-1])
@@ -153,17 +163,22 @@ def fit(
 
 @torch.inference_mode()
 def predict(
-    model: nn.Module, feed: ExampleFeed, tier: IntArray | None = None, batch_size: int = 2048
+    model: nn.Module,
+    feed: ExampleFeed,
+    tier: IntArray | None = None,
+    batch_size: int = 2048,
+    device: torch.device | None = None,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-    """``(probabilities, labels, label_mask)`` over every row of ``feed``, in order."""
+    """``(probabilities, labels, label_mask)`` over every row of ``feed``, in order (model on ``device``)."""
+    device = device or torch.device("cpu")
     model.eval()
     probs, labels, masks = [], [], []
     for lo in range(0, len(feed), batch_size):
         sel = np.arange(lo, min(lo + batch_size, len(feed)))
         batch, _ = feed.batch(sel, None if tier is None else tier[sel])
-        probs.append(torch.sigmoid(model(batch)).numpy())
-        labels.append(batch.labels.numpy())
-        masks.append(batch.label_mask.numpy())
+        probs.append(devices.to_numpy(torch.sigmoid(model(batch.to(device)))))
+        labels.append(devices.to_numpy(batch.labels))
+        masks.append(devices.to_numpy(batch.label_mask))
     return np.concatenate(probs), np.concatenate(labels), np.concatenate(masks)
 
 

@@ -34,6 +34,8 @@ import torch
 from ..data.blocks import collate
 from ..data.catalog import load_dataset
 from ..data.timeline import TimedDataset
+from ..models import devices
+from ..models.devices import DeviceError, resolve_device
 from ..models.kunlun import KunlunModel
 from ..models.loopfm import representation_width, summarise
 from .memory import HistoricalMemory
@@ -105,21 +107,28 @@ class FoundationPass:
 
 @torch.inference_mode()
 def run_pass(
-    model: KunlunModel, data: TimedDataset, rows: IntArray, version: str, batch_size: int = 1024, bucket_bits: int = 8
+    model: KunlunModel,
+    data: TimedDataset,
+    rows: IntArray,
+    version: str,
+    batch_size: int = 1024,
+    bucket_bits: int = 8,
+    device: torch.device | None = None,
 ) -> FoundationPass:
-    """One pass of the foundation model over the example ``rows`` (sorted)."""
+    """One pass of the foundation model (on ``device``, default the CPU) over the example ``rows`` (sorted)."""
+    device = device or torch.device("cpu")
     if not isinstance(model, KunlunModel):
         raise TypeError(f"the foundation pass runs a Kunlun-style foundation model, got {type(model).__name__}")
     rows = np.sort(rows)
     model.eval()
     soft, reps, embs = [], [], []
     for lo in range(0, len(rows), batch_size):
-        batch = collate(data.block(rows[lo : lo + batch_size], model.config.seq_len), model.schema)
+        batch = collate(data.block(rows[lo : lo + batch_size], model.config.seq_len), model.schema).to(device)
         state = model.encode_user(batch.user)
         emb = model.embed_candidates(state, batch.candidate)
-        soft.append(torch.sigmoid(model.heads(emb)).numpy())
-        reps.append(summarise(model, emb).numpy())
-        embs.append(emb.numpy())
+        soft.append(devices.to_numpy(torch.sigmoid(model.heads(emb))))
+        reps.append(devices.to_numpy(summarise(model, emb)))
+        embs.append(devices.to_numpy(emb))
     width = representation_width(model)
     loopfm = np.concatenate(reps) if reps else np.zeros((0, width), np.float32)
     return FoundationPass(
@@ -147,9 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="synthetic data seed")
     p.add_argument("--output", required=True, help="folder for soft labels, LoopFM representations, embeddings")
     p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--device", help="cuda, cpu (default $GEM_DEVICE, else cuda when present, else cpu)")
     args = p.parse_args(argv)
     try:
-        loaded = load_model_dir(args.model)
+        device = resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"error: --device: {exc}", file=sys.stderr)
+        return 2
+    try:
+        loaded = load_model_dir(args.model, device)
     except ModelDirError as exc:
         print(f"error: --model: {exc}", file=sys.stderr)
         return 2
@@ -160,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     data = load_dataset(args.data, args.seed)
-    out = run_pass(loaded.model, data, data.examples, loaded.version, args.batch_size)
+    out = run_pass(loaded.model, data, data.examples, loaded.version, args.batch_size, device=device)
     out.save(args.output, {"data": args.data, "seed": args.seed, "tasks": [t.name for t in loaded.schema.tasks]})
     print(json.dumps({"output": args.output, "examples": len(out.rows), "foundationVersion": loaded.version}))
     return 0

@@ -52,6 +52,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..models import Batch, FeatureSchema, KunlunModel, ModelConfig, RankingModel, build_model, get_preset
 from ..models.common import pooled_tokens, sequence_embeddings
+from ..models.devices import resolve_device
 from .checkpoint import open_checkpoints
 from .dense import DenseRunner
 from .env import TrainingEnv, require_supported_mesh
@@ -238,6 +239,14 @@ def _comm_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
+def trainer_device(flag: str, local_rank: int) -> torch.device:
+    """``--device`` (``auto``: ``$GEM_DEVICE``, else CUDA when present, else CPU); CUDA: this rank's GPU."""
+    device = resolve_device(flag)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
+    return device
+
+
 class Trainer(Publishing):
     args: TrainArgs
 
@@ -253,12 +262,10 @@ class Trainer(Publishing):
         """``config`` overrides the preset named by ``args.preset`` (benchmarks use this)."""
         self.args, self.env, self.rank, self.local_rank, self.out = args, env, rank, local_rank, out
         require_supported_mesh(env)
-        use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+        self.device = trainer_device(args.device, local_rank)
+        use_cuda = self.device.type == "cuda"
         if use_cuda:
-            self.device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
             torch.cuda.set_device(self.device)
-        else:
-            self.device = torch.device("cpu")
         backend = "nccl" if use_cuda else "gloo"
         if not dist.is_initialized():
             dist.init_process_group(

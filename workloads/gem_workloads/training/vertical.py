@@ -26,6 +26,7 @@ from ..data.blocks import cap_schema
 from ..data.catalog import load_dataset
 from ..data.timeline import TimelineConfig, time_split
 from ..models import build_model, get_preset
+from ..models.devices import DeviceError, resolve_device
 from ..models.kunlun import KunlunModel
 from ..models.model_dir import ModelDirError, load_model_dir, save_model_dir
 from .coverage import tier_sources
@@ -46,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="vertical")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--output", required=True, help="model directory to write")
+    p.add_argument("--device", help="cuda, cpu (default $GEM_DEVICE, else cuda when present, else cpu)")
     return p
 
 
@@ -61,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --memory-len must be >= 0", file=sys.stderr)
         return 2
     try:
-        teacher = load_model_dir(args.teacher)
+        device = resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"error: --device: {exc}", file=sys.stderr)
+        return 2
+    try:
+        teacher = load_model_dir(args.teacher, device)
     except ModelDirError as exc:
         print(f"error: --teacher: {exc}", file=sys.stderr)
         return 2
@@ -83,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
     else:
-        fpass = run_pass(teacher.model, data, data.examples, teacher.version)
+        fpass = run_pass(teacher.model, data, data.examples, teacher.version, device=device)
         fpass.save(out / "teacher-pass", {"data": args.data, "seed": args.seed})
     schema = teacher.schema
     cfg = get_preset(args.preset)
@@ -93,12 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = cfg.with_(solaris_width=fpass.solaris.shape[1])
     sources = tier_sources(fpass.user, fpass.time, fpass.item, fpass.group, fpass.bucket) if args.solaris else None
     torch.manual_seed(args.seed)
-    model = build_model("vertical", cfg, cap_schema(schema, cfg.max_table_rows))
+    model = build_model("vertical", cfg, cap_schema(schema, cfg.max_table_rows)).to(device)
     feed = ExampleFeed(data, split.train, model.schema, cfg.seq_len, fpass, cfg.memory_len, args.solaris, sources)
-    losses = fit(model, feed, fit_cfg)
+    losses = fit(model, feed, fit_cfg, device=device)
     eval_feed = ExampleFeed(data, split.eval, model.schema, cfg.seq_len, fpass, cfg.memory_len, args.solaris, sources)
     tier = eval_feed.tiers(1.0, 1.0, np.random.default_rng(args.seed)) if args.solaris else None
-    aucs = task_aucs(*predict(model, eval_feed, tier), [t.name for t in model.schema.tasks])
+    aucs = task_aucs(*predict(model, eval_feed, tier, device=device), [t.name for t in model.schema.tasks])
     version = f"vertical-{teacher.version}-kd{args.kd_weight:g}-m{args.memory_len}{'-s' if args.solaris else ''}"
     save_model_dir(out, model, "vertical", cfg, model.schema, version, foundation_version=teacher.version)
     print(json.dumps({"output": str(out), "version": version, "foundationVersion": teacher.version,

@@ -32,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--users", type=int, default=None, help="synthetic: number of users (default 4000)")
     e.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    e.add_argument("--device", help="cuda, cpu (default $GEM_DEVICE, else cuda when present, else cpu)")
     return p
 
 
@@ -68,7 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ..data.timeline import TimelineConfig
+    from ..models.devices import DeviceError, resolve_device
     from .experiment import EvalConfig, run
+
+    try:
+        resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"error: --device: {exc}", file=sys.stderr)
+        return 2
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         kd_weight=args.kd_weight,
         memory_len=args.memory_len,
         synthetic=synthetic,
+        device=args.device,
     )
 
     def log(msg: str) -> None:

@@ -34,6 +34,7 @@ from ..data.blocks import cap_schema
 from ..data.catalog import load_dataset
 from ..data.timeline import TimelineConfig, time_split
 from ..models import build_model, get_preset
+from ..models.devices import resolve_device
 from ..models.kunlun import KunlunModel
 from ..models.loopfm import representation_width
 from ..models.presets import ModelConfig
@@ -64,6 +65,7 @@ class EvalConfig:
     synthetic: TimelineConfig = field(default_factory=TimelineConfig)
     foundation_overrides: dict[str, Any] = field(default_factory=dict)
     vertical_overrides: dict[str, Any] = field(default_factory=dict)
+    device: str | None = None  # --device; default $GEM_DEVICE, else cuda when present, else cpu
 
 
 def coverage_name(coverage: float, drop: bool = False) -> str:
@@ -76,6 +78,7 @@ def mean_auc(aucs: dict[str, float]) -> float:
 
 def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     t_start = time.perf_counter()
+    device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     data = load_dataset(cfg.data, cfg.seed, cfg.synthetic)
     split = time_split(data, cfg.eval_fraction)
@@ -91,7 +94,7 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
     # 2. The foundation model.
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    foundation = build_model("kunlun", fcfg, schema)
+    foundation = build_model("kunlun", fcfg, schema).to(device)
     assert isinstance(foundation, KunlunModel)
     train_times = data.ev_time[split.train]
     seen = train_times < np.quantile(train_times, cfg.foundation_fraction)  # the foundation model's examples
@@ -99,13 +102,15 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
         foundation,
         ExampleFeed(data, split.train[seen], schema, fcfg.seq_len),
         fit_cfg(cfg.foundation_epochs, cfg.foundation_lr),
+        device=device,
     )
-    f_aucs = task_aucs(*predict(foundation, ExampleFeed(data, split.eval, schema, fcfg.seq_len)), tasks)
+    f_aucs = task_aucs(*predict(foundation, ExampleFeed(data, split.eval, schema, fcfg.seq_len), device=device), tasks)
     log(f"foundation: {f_aucs} ({time.perf_counter() - t0:.0f}s)")
 
     # 3. One pass over every example.
     t0 = time.perf_counter()
-    fpass = run_pass(foundation, data, np.sort(np.concatenate([split.train, split.eval])), f"foundation-seed{cfg.seed}")
+    every = np.sort(np.concatenate([split.train, split.eval]))
+    fpass = run_pass(foundation, data, every, f"foundation-seed{cfg.seed}", device=device)
     sources = tier_sources(fpass.user, fpass.time, fpass.item, fpass.group, fpass.bucket)
     log(f"foundation pass: {len(fpass.rows)} examples ({time.perf_counter() - t0:.0f}s)")
 
@@ -125,7 +130,7 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
     for name, (vcfg, kd) in specs.items():
         t0 = time.perf_counter()
         torch.manual_seed(cfg.seed)
-        model = build_model("vertical", vcfg, schema)
+        model = build_model("vertical", vcfg, schema).to(device)
 
         def feed(
             rows: np.ndarray, allowed: np.ndarray | None = None, vcfg: ModelConfig = vcfg, kd: float = kd
@@ -134,10 +139,10 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
             return ExampleFeed(data, rows, schema, vcfg.seq_len, fpass if uses else None, vcfg.memory_len,
                                vcfg.solaris_width > 0, sources, allowed)  # fmt: skip
 
-        fit(model, feed(split.train, ~seen), fit_cfg(cfg.vertical_epochs, cfg.vertical_lr, kd))
+        fit(model, feed(split.train, ~seen), fit_cfg(cfg.vertical_epochs, cfg.vertical_lr, kd), device=device)
         eval_feed = feed(split.eval)
         if name != SOLARIS:
-            variants[name] = task_aucs(*predict(model, eval_feed), tasks)
+            variants[name] = task_aucs(*predict(model, eval_feed, device=device), tasks)
         else:
             assert eval_feed.sources is not None
             for cov in cfg.coverages:
@@ -145,7 +150,7 @@ def run(cfg: EvalConfig, log: Callable[[str], None] = lambda _: None) -> dict[st
                     rng = np.random.default_rng([cfg.seed, 99, round(cov * 100)])  # same draws with and without drop
                     tier = assign_tiers(eval_feed.sources, cov, 0.0 if drop else 1.0, rng)
                     key = coverage_name(cov, drop)
-                    variants[key] = task_aucs(*predict(model, eval_feed, tier), tasks)
+                    variants[key] = task_aucs(*predict(model, eval_feed, tier, device=device), tasks)
                     shares[key] = tier_shares(tier)
         log(f"{name}: {[(k, round(mean_auc(v), 4)) for k, v in variants.items() if k.startswith(name)]} "
             f"({time.perf_counter() - t0:.0f}s)")  # fmt: skip
