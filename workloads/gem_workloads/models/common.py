@@ -11,6 +11,7 @@ from torchrec.modules.embedding_configs import PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from .features import CategoricalFeature
+from .sequence import PackedSequence, pack_jagged
 
 
 @dataclass
@@ -88,13 +89,29 @@ def pad_jagged(values: Tensor, lengths: Tensor, length: int) -> Tensor:
 
 
 def sequence_embeddings(ec: nn.Module, kjt: KeyedJaggedTensor, names: list[str], length: int) -> tuple[Tensor, Tensor]:
-    """EC lookup of the jagged event sequence, padded: ``([B, length, d] summed over features, valid [B, length])``."""
+    """EC lookup of the jagged event sequence, padded: ``([B, length, d] summed over features, valid [B, length])``.
+
+    The reference layout (:attr:`~.kunlun.KunlunModel.padded_sequence`); the model packs instead
+    (:func:`packed_sequence_embeddings`).
+    """
     jts = ec(kjt)
     lengths = jts[names[0]].lengths()
     emb = torch.stack([pad_jagged(jts[n].values(), lengths, length) for n in names], dim=0).sum(0)
     lengths = lengths.to(emb.device).clamp(max=length)
     valid = torch.arange(length, device=emb.device)[None, :] < lengths[:, None]
     return emb, valid
+
+
+def packed_sequence_embeddings(
+    ec: nn.Module, kjt: KeyedJaggedTensor, names: list[str], length: int, block_size: int
+) -> tuple[Tensor, PackedSequence]:
+    """EC lookup of the jagged event sequence, packed: ``([T, d] summed over features, layout)``.
+
+    Each row keeps its first ``length`` events (as :func:`sequence_embeddings` does); nothing is padded.
+    """
+    jts = ec(kjt)
+    values = torch.stack([jts[n].values() for n in names], dim=0).sum(0)
+    return pack_jagged(values, jts[names[0]].lengths(), length, block_size)
 
 
 def mlp(dims: list[int], out_act: bool = False) -> nn.Sequential:
