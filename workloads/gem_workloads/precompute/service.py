@@ -102,7 +102,13 @@ class WorkerActor:
     """What each Ray actor runs (wrapped with ``ray.remote`` by :func:`run_pool`)."""
 
     def __init__(
-        self, cfg: dict[str, Any], source_url: str, store_url: str, model_dir: str | None, preset: str | None
+        self,
+        cfg: dict[str, Any],
+        source_url: str,
+        store_url: str,
+        model_dir: str | None,
+        preset: str | None,
+        precision: str = "fp32",
     ) -> None:
         import redis
         import torch
@@ -112,7 +118,12 @@ class WorkerActor:
 
         torch.set_num_threads(1)
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        engine = Engine(load_model(model_dir, preset, device), device)
+        loaded = load_model(model_dir, preset, device)
+        if precision != "fp32":
+            from ..scoring.precision_plan import resolve_precision
+
+            resolve_precision(loaded, precision, device, model_dir)
+        engine = Engine(loaded, device)
         source = redis.Redis.from_url(source_url)
         store = source if store_url == source_url else redis.Redis.from_url(store_url)
         self.worker = PrecomputeWorker(WorkerConfig(**cfg), source, engine, store)
@@ -155,6 +166,7 @@ def run_pool(
     slice_seconds: float = 2.0,
     max_seconds: float | None = None,
     gpus_per_worker: float = 0.0,
+    precision: str = "fp32",
 ) -> StepStats:
     """Run ``workers`` actors until ``stop`` is set (or ``max_seconds``); returns the totals."""
     import ray
@@ -169,7 +181,7 @@ def run_pool(
         nonlocal generation
         generation += 1
         consumer = f"{cfg.consumer}-{i}-g{generation}"
-        return remote_cls.remote({**base, "consumer": consumer}, source_url, store_url, model_dir, preset)
+        return remote_cls.remote({**base, "consumer": consumer}, source_url, store_url, model_dir, preset, precision)
 
     actors = [start(i) for i in range(workers)]
     running: dict[Any, int] = {actors[i].run.remote(slice_seconds): i for i in range(workers)}

@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from ..models.model_dir import LoadedModel
 from ..scoring.engine import load_model, preset_model
+from ..scoring.precision import PRECISIONS
+from ..scoring.precision_plan import resolve_precision
 from ..scoring.request import example_request
 from .app import ServerConfig, create_app
 from .lookups import PrecomputedLookups
@@ -44,6 +46,13 @@ def parser() -> argparse.ArgumentParser:
         "--device",
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="cuda, cpu, or emulated:NAME (an emulated accelerator: real model on the CPU, device time from a profile)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="serving precision: fp32 (as trained), bf16 or fp8 on every layer, or auto (a per-layer plan chosen by "
+        "micro-benchmark and a quality gate; the plan recorded in the model directory is reused)",
     )
     p.add_argument("--device-profile", help="with --device emulated:NAME: a profile file instead of the built-in NAME")
     p.add_argument("--device-time-scale", type=float, default=1.0, help="with emulated: a device X times slower")
@@ -113,9 +122,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def load() -> LoadedModel:
         if model_dir:
-            return load_model(model_dir, None, device)
-        loaded = preset_model(args.preset, seq_len=args.seq_len)
-        loaded.model.to(device)
+            loaded = load_model(model_dir, None, device)
+        else:
+            loaded = preset_model(args.preset, seq_len=args.seq_len)
+            loaded.model.to(device)
+        if args.precision != "fp32":
+            resolve_precision(loaded, args.precision, device, model_dir)
         return loaded
 
     lookups = None
