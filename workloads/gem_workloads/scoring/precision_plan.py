@@ -165,7 +165,9 @@ def plan_precision(
         plan.notes.append(f"{worst}: {proposal.pop(worst)} failed the quality gate, kept fp32")
     plan.auc, plan.mean_score_error, plan.max_score_error = auc, mean_err, max_err
     plan.fp32_ms, plan.plan_ms = _end_to_end(model, modules(proposal), run, device, reps)
-    if requested == "auto" and proposal and plan.plan_ms >= plan.fp32_ms:
+    if not proposal:  # nothing converted: the plan is the fp32 model
+        plan.plan_ms = plan.fp32_ms
+    elif requested == "auto" and plan.plan_ms >= plan.fp32_ms:
         plan.notes.append(f"plan not faster end to end ({plan.plan_ms:.2f} ms vs {plan.fp32_ms:.2f} ms): all fp32")
         proposal = {}
         plan.auc, plan.mean_score_error, plan.max_score_error = quality.auc_fp32, 0.0, 0.0
