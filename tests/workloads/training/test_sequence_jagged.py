@@ -110,3 +110,14 @@ def test_layout_round_trips_and_windows() -> None:
     local, keep = seq.window(4, 4)
     assert local.lengths.tolist() == [1, 0, 4, 0]
     assert kept[keep][:, 0].tolist() == [4, 9, 10, 11, 12]
+
+
+def test_full_blocks_take_the_reshape_path_with_the_same_layout() -> None:
+    seq = PackedSequence.build(torch.tensor([8, 4]), max_len=8, block_size=4)
+    assert seq.full_blocks and not PackedSequence.build(torch.tensor([8, 3]), max_len=8, block_size=4).full_blocks
+    x = torch.randn(12, 3)
+    scattered = x.new_zeros(3, 4, 3).index_put((seq.block, seq.pos % 4), x)
+    assert torch.equal(seq.to_blocks(x), scattered)
+    assert torch.equal(seq.from_blocks(scattered), x)
+    kept, full = pack_jagged(x, torch.tensor([8, 4]), max_len=8, block_size=4)
+    assert kept is x and full.full_blocks  # nothing truncated: no copy

@@ -57,6 +57,11 @@ class PackedSequence:
     def num_blocks(self) -> int:
         return int(self.block_user.shape[0])
 
+    @property
+    def full_blocks(self) -> bool:
+        """Every block holds ``block_size`` events (e.g. one user with a full history): no scatter needed."""
+        return self.num_tokens == self.num_blocks * self.block_size
+
     @staticmethod
     def build(lengths: Tensor, max_len: int, block_size: int) -> PackedSequence:
         """The layout of rows with ``lengths`` events, each capped at ``max_len``."""
@@ -88,11 +93,15 @@ class PackedSequence:
 
     def to_blocks(self, x: Tensor) -> Tensor:
         """Packed ``[T, ...]`` -> ``[num_blocks, block_size, ...]`` (empty slots are zero)."""
+        if self.full_blocks:  # token t is slot t % block_size of block t // block_size
+            return x.reshape(self.num_blocks, self.block_size, *x.shape[1:])
         out = x.new_zeros(self.num_blocks, self.block_size, *x.shape[1:])
         return out.index_put((self.block, self.pos % self.block_size), x)
 
     def from_blocks(self, x: Tensor) -> Tensor:
         """``[num_blocks, block_size, ...]`` -> packed ``[T, ...]``."""
+        if self.full_blocks:
+            return x.reshape(self.num_tokens, *x.shape[2:])
         return x[self.block, self.pos % self.block_size]
 
     def pad(self, x: Tensor) -> Tensor:
@@ -115,7 +124,8 @@ def pack_jagged(values: Tensor, lengths: Tensor, max_len: int, block_size: int) 
     users = torch.arange(lengths.shape[0], device=values.device)
     row = torch.repeat_interleave(users, lengths, output_size=values.shape[0])
     pos = torch.arange(values.shape[0], device=values.device) - (torch.cumsum(lengths, 0) - lengths)[row]
-    kept = values[pos < max_len]
+    keep = pos < max_len
+    kept = values if bool(keep.all()) else values[keep]
     return kept, PackedSequence.build(lengths, max_len, block_size)
 
 
