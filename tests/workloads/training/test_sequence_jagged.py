@@ -121,3 +121,21 @@ def test_full_blocks_take_the_reshape_path_with_the_same_layout() -> None:
     assert torch.equal(seq.from_blocks(scattered), x)
     kept, full = pack_jagged(x, torch.tensor([8, 4]), max_len=8, block_size=4)
     assert kept is x and full.full_blocks  # nothing truncated: no copy
+
+
+@pytest.mark.parametrize("events", [0, 5, 16])
+def test_serving_requests_score_alike_in_both_layouts(events: int) -> None:
+    """One request: no history at all (no tokens anywhere), a partial block, exactly full blocks."""
+    from gem_workloads.scoring.engine import Engine, preset_model
+    from gem_workloads.scoring.request import example_request, parse_request
+
+    loaded = preset_model("tiny", seed=4)
+    seq_len = loaded.config.seq_len
+    req = parse_request(example_request(loaded.schema, 7, events, seed=events), loaded.schema, seq_len, 7)
+    engine = Engine(loaded)
+    packed = engine.score([req, req], True)
+    loaded.model.padded_sequence = True  # type: ignore[union-attr]
+    padded = engine.score([req, req], True)
+    for a, b in zip(packed, padded, strict=True):
+        assert a.shape == (7, len(loaded.schema.tasks))
+        assert float(abs(a - b).max()) < 1e-5

@@ -109,10 +109,12 @@ class BlockAttentionLayer(nn.Module):
     def forward_packed(self, h: Tensor, seq: PackedSequence) -> Tensor:
         """Projections and FFN on the real tokens; attention on the occupied blocks only."""
         t, d = h.shape
-        qkv = self.qkv(self.norm1(h)).view(t, -1, 3, d // self.heads)  # [T, local heads, q|k|v, dh]
+        dh = d // self.heads
+        qkv = self.qkv(self.norm1(h))
+        qkv = qkv.view(t, qkv.shape[-1] // (3 * dh), 3, dh)  # [T, local heads, q|k|v, dh]; T may be 0
         q, k, v = seq.to_blocks(qkv).permute(3, 0, 2, 1, 4)  # each [blocks, heads, block_size, dh]
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=seq.block_valid[:, None, None, :])
-        h = h + self.proj(seq.from_blocks(att.transpose(1, 2)).reshape(t, -1))
+        h = h + self.proj(seq.from_blocks(att.transpose(1, 2)).flatten(1))
         out: Tensor = h + self.ffn(self.norm2(h))
         return out
 
