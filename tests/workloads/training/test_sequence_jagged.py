@@ -134,7 +134,8 @@ def test_serving_requests_score_alike_in_both_layouts(events: int) -> None:
     req = parse_request(example_request(loaded.schema, 7, events, seed=events), loaded.schema, seq_len, 7)
     engine = Engine(loaded)
     packed = engine.score([req, req], True)
-    loaded.model.padded_sequence = True  # type: ignore[union-attr]
+    model: Any = loaded.model
+    model.padded_sequence = True
     padded = engine.score([req, req], True)
     for a, b in zip(packed, padded, strict=True):
         assert a.shape == (7, len(loaded.schema.tasks))
