@@ -14,6 +14,9 @@ from gem_operator.api.autoscaling import MIN_LE_MAX_RULE, AutoscalingSpec
 from gem_operator.api.common import DNS_SUBDOMAIN_MAX, URI_MAX, ApiModel, Condition, ModelSource, Workload
 from gem_operator.api.pod_template import check_main_container
 
+Precision = Literal["auto", "fp32", "bf16", "fp8"]
+PRECISIONS: tuple[Precision, ...] = ("auto", "fp32", "bf16", "fp8")
+
 
 class ReplicaPoolSpec(ApiModel):
     """Fields every replica pool has."""
@@ -22,6 +25,16 @@ class ReplicaPoolSpec(ApiModel):
     gpus_per_replica: int = Field(default=1, ge=0, le=16, description="nvidia.com/gpu per pod.")
     model: ModelSource = Field(description="The model every replica loads before it is Ready.")
     workload: Workload = Field(default_factory=Workload, description="Image, resources, env.")
+    precision: Precision = Field(
+        default="fp32",
+        description=(
+            "Numeric precision of the model's layers when serving. fp32: as trained. auto: a per-layer plan "
+            "(fp32, bf16, int8 on CPUs, fp8 on GPUs that have it) chosen in each pod before it serves by "
+            "timing every layer and keeping only changes that pass a quality gate (holdout AUC within 0.001 "
+            "of fp32, small score error) and make scoring faster. bf16 / fp8: that precision on every layer "
+            "(fp8 falls back to bf16 where the GPU lacks it). The chosen plan appears in status.precision."
+        ),
+    )
 
 
 class SloSpec(ApiModel):
@@ -187,6 +200,17 @@ class ScalerStateStatus(ApiModel):
     model_config = ConfigDict(extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
 
 
+class PrecisionStatus(ApiModel):
+    """The serving precision plan the pods chose (from their precision-plan init containers)."""
+
+    requested: str | None = Field(default=None, description="spec.precision the plan was made for.")
+    device: str | None = Field(default=None, description="Device type the plan was measured on (cuda, cpu).")
+    layers: dict[str, int] = Field(default_factory=dict, description="Number of model layers per precision.")
+    auc_delta: float | None = Field(default=None, description="Holdout AUC of the plan minus fp32's.")
+    mean_score_error: float | None = Field(default=None, description="Mean absolute score change against fp32.")
+    speedup: float | None = Field(default=None, description="Scoring speed of the plan over fp32 (256 candidates).")
+
+
 class PoolStatus(ApiModel):
     """Observed state of a replica pool (shared by both kinds)."""
 
@@ -208,6 +232,9 @@ class PoolStatus(ApiModel):
         default=None, description="Effective SM target, last p99 and panic state of the built-in autoscaler."
     )
     model: ServedModel | None = Field(default=None, description="The model the pods are given.")
+    precision: PrecisionStatus | None = Field(
+        default=None, description="Serving precision plan the pods run (absent with spec.precision fp32)."
+    )
 
 
 class ServedModel(ApiModel):
@@ -229,11 +256,14 @@ class SolarisPrecomputeStatus(PoolStatus):
 
 
 __all__ = [
+    "PRECISIONS",
     "AutoscalingStatus",
     "CandidateSource",
     "EmbeddingStore",
     "FallbackSpec",
     "PoolStatus",
+    "Precision",
+    "PrecisionStatus",
     "PrecomputeAutoscalingSpec",
     "RankingServiceSpec",
     "RankingServiceStatus",

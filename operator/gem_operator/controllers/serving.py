@@ -15,7 +15,7 @@ from gem_operator.controllers.model_source import resolve_model
 from gem_operator.controllers.pod_reasons import cache_fallbacks, not_ready_summary
 from gem_operator.controllers.reconcile import Outcome, PassContext, apply_children, reconcile
 from gem_operator.controllers.settings import MODEL_PEERS, NODE_CACHE, RESYNC_SECONDS
-from gem_operator.controllers.status import model_load_seconds, pool_phase
+from gem_operator.controllers.status import model_load_seconds, pool_phase, precision_plan
 from gem_operator.render.common import Owner, child_name, selector_labels
 from gem_operator.render.serving import (
     ROLE_PRECOMPUTE,
@@ -59,6 +59,10 @@ async def _pool_pass(
     metrics.MODEL_CACHE_FALLBACK_PODS.labels(info.kind, ctx.namespace, ctx.name).set(len(cache_fallbacks(pods)))
     outcome.draft.fields["modelLoadSeconds"] = (
         loaded if loaded is not None else (ctx.body.get("status") or {}).get("modelLoadSeconds")
+    )
+    plan = precision_plan(pods) if spec.precision != "fp32" else None
+    outcome.draft.fields["precision"] = (
+        plan if plan is not None or spec.precision == "fp32" else (ctx.body.get("status") or {}).get("precision")
     )
     replicas_owner(outcome, spec)
     if not spec.autoscaling.enabled:

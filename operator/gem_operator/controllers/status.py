@@ -176,3 +176,26 @@ def model_load_seconds(pods: Sequence[Mapping[str, Any]]) -> float | None:
             if isinstance(seconds, (int, float)):
                 found.append(float(seconds))
     return max(found) if found else None
+
+
+# The fields of status.precision (api.serving.PrecisionStatus); anything else in a message is dropped.
+PRECISION_STATUS_KEYS = ("requested", "device", "layers", "aucDelta", "meanScoreError", "speedup")
+
+
+def precision_plan(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The serving precision plan from the precision-plan init container's termination message.
+
+    Every pod plans on the same model and device type; the newest message read wins.
+    """
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
+            if cs.get("name") != "precision-plan":
+                continue
+            message = ((cs.get("state") or {}).get("terminated") or {}).get("message")
+            try:
+                plan = json.loads(message)["precision"] if message else None
+            except (ValueError, KeyError, TypeError):
+                plan = None
+            if isinstance(plan, dict):
+                return {k: plan[k] for k in PRECISION_STATUS_KEYS if k in plan}
+    return None

@@ -1,7 +1,8 @@
 """RankingService and SolarisPrecompute children: a Deployment of GPU pods (plus a Service for the ranker).
 
 Every pod loads its model with ``gem-load pull`` in an init container into a shared volume, with a
-node-local cache on a hostPath so pods on one node download a model once (docs/contracts.md).
+node-local cache on a hostPath so pods on one node download a model once (docs/contracts.md). With
+``spec.precision`` other than fp32 a second init container chooses the serving precision plan.
 """
 
 from __future__ import annotations
@@ -54,6 +55,29 @@ def _loader_container(spec: ReplicaPoolSpec, peers: Sequence[str], node_cache: b
     )
 
 
+def precision_args(spec: ReplicaPoolSpec) -> list[str]:
+    """The server's / workers' ``--precision`` flag (absent for fp32: today's pods stay byte-identical)."""
+    return [] if spec.precision == "fp32" else ["--precision", spec.precision]
+
+
+def _precision_container(spec: ReplicaPoolSpec, main: dict[str, Any]) -> dict[str, Any]:
+    """Init container that chooses the precision plan on the pod's own device, after the model loads.
+
+    It writes ``gem-precision.json`` into the model volume (read-only for the main container, which
+    applies the recorded plan) and the plan's summary to its termination message (``status.precision``).
+    """
+    return {
+        "name": "precision-plan",
+        "image": main["image"],
+        "imagePullPolicy": main["imagePullPolicy"],
+        "command": ["python"],
+        "args": ["-m", "gem_workloads.serving.plan_precision", "--model", MODEL_DIR, *precision_args(spec)],
+        "env": [{"name": "GEM_MODEL_DIR", "value": MODEL_DIR}],
+        "resources": main["resources"],
+        "volumeMounts": [{"name": "model", "mountPath": MODEL_DIR}],
+    }
+
+
 def _pod_template(
     owner: Owner,
     spec: ReplicaPoolSpec,
@@ -84,7 +108,10 @@ def _pod_template(
     if node_cache:
         volumes.append(node_cache_volume())
     pod_spec: dict[str, Any] = {
-        "initContainers": [_loader_container(spec, peers, node_cache)],
+        "initContainers": [
+            _loader_container(spec, peers, node_cache),
+            *([_precision_container(spec, main)] if spec.precision != "fp32" else []),
+        ],
         "containers": [main],
         "volumes": volumes,
     }
@@ -159,6 +186,7 @@ def render_ranking_service(
         "--max-candidates",
         str(spec.max_candidates),
         *(precompute_wiring(precompute) if precompute is not None else []),
+        *precision_args(spec),
         *spec.workload.args,
     ]
     main: dict[str, Any] = {
@@ -212,6 +240,7 @@ def render_precompute(
         "--fallback",
         ",".join(spec.fallback.tiers),
         *(["--foundation-version", spec.foundation_version] if spec.foundation_version else []),
+        *precision_args(spec),
         *spec.workload.args,
     ]
     main: dict[str, Any] = {

@@ -14,6 +14,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from .features import SEQUENCE_SOURCE, CategoricalFeature, SequenceGroup
 from .grouped import GroupedHeads
+from .sequence import PackedSequence, pack_jagged
 
 
 @dataclass
@@ -94,6 +95,24 @@ def pad_jagged(values: Tensor, lengths: Tensor, length: int) -> Tensor:
     return out
 
 
+def split_by_source(
+    per_feature: list[Tensor], names: list[str], source: Tensor, groups: tuple[SequenceGroup, ...]
+) -> Tensor:
+    """OneSeq: the features' embeddings stacked on dim -2, each owned feature zeroed on events of another source.
+
+    ``per_feature[i]`` is ``[..., d]`` and ``source`` the events' source index ``[...]`` (the
+    ``SEQUENCE_SOURCE`` feature); the per-source event encoders read the result.
+    """
+    owner = {f: g for g, group in enumerate(groups) for f in group.features}
+    return torch.stack(
+        [
+            p * (source == owner[n]).unsqueeze(-1).to(p.dtype) if n in owner else p
+            for n, p in zip(names, per_feature, strict=True)
+        ],
+        dim=-2,
+    )
+
+
 def sequence_embeddings(
     ec: nn.Module,
     kjt: KeyedJaggedTensor,
@@ -104,8 +123,9 @@ def sequence_embeddings(
     """EC lookup of the jagged event sequence, padded: ``(emb, valid [B, length])``.
 
     ``emb`` is ``[B, length, d]`` summed over features; with OneSeq ``groups`` it is
-    ``[B, length, len(names), d]``, each feature kept apart and zeroed on events of another source
-    (the event's source is the ``SEQUENCE_SOURCE`` feature), for the per-source event encoders.
+    ``[B, length, len(names), d]`` (:func:`split_by_source`). The reference layout
+    (:attr:`~.kunlun.KunlunModel.padded_sequence`); the model packs instead
+    (:func:`packed_sequence_embeddings`).
     """
     jts = ec(kjt)
     lengths = jts[names[0]].lengths()
@@ -117,15 +137,30 @@ def sequence_embeddings(
     raw = kjt[SEQUENCE_SOURCE]  # the input ids (the lookup's output holds embeddings)
     ids = raw.values().to(padded[0].device, padded[0].dtype)[:, None]
     source = pad_jagged(ids, raw.lengths().to(padded[0].device), length)[..., 0].round().long()
-    owner = {f: g for g, group in enumerate(groups) for f in group.features}
-    emb = torch.stack(
-        [
-            p * (source == owner[n]).unsqueeze(-1).to(p.dtype) if n in owner else p
-            for n, p in zip(names, padded, strict=True)
-        ],
-        dim=2,
-    )
-    return emb, valid
+    return split_by_source(padded, names, source, groups), valid
+
+
+def packed_sequence_embeddings(
+    ec: nn.Module,
+    kjt: KeyedJaggedTensor,
+    names: list[str],
+    length: int,
+    block_size: int,
+    groups: tuple[SequenceGroup, ...] = (),
+) -> tuple[Tensor, PackedSequence]:
+    """EC lookup of the jagged event sequence, packed: ``([T, d] summed over features, layout)``.
+
+    Each row keeps its first ``length`` events (as :func:`sequence_embeddings` does); nothing is
+    padded. With OneSeq ``groups`` the values are ``[T, len(names), d]`` (:func:`split_by_source`).
+    """
+    jts = ec(kjt)
+    per_feature = [jts[n].values() for n in names]
+    if groups:
+        source = kjt[SEQUENCE_SOURCE].values().to(per_feature[0].device).long()
+        values = split_by_source(per_feature, names, source, groups)
+    else:
+        values = torch.stack(per_feature, dim=0).sum(0)
+    return pack_jagged(values, jts[names[0]].lengths(), length, block_size)
 
 
 def mlp(dims: list[int], out_act: bool = False) -> nn.Sequential:

@@ -2,9 +2,9 @@
 
 Per layer ``l``:
 
-1. *Block attention* over the unified behaviour sequence: the padded sequence is cut into
-   fixed blocks of ``block_size`` events; queries attend only to keys of their own block
-   (cost linear in the sequence length), followed by a position-wise FFN.
+1. *Block attention* over the unified behaviour sequence: each user's sequence is cut into
+   fixed blocks of ``block_size`` events from its first event; queries attend only to keys of
+   their own block (cost linear in the sequence length), followed by a position-wise FFN.
 2. *Summarisation*: ``num_seeds`` learned seed vectors attend to the whole sequence and give
    ``num_seeds`` summary tokens (a learned null token keeps empty histories well defined).
 3. *MoE cross interaction* (Wukong-style) between the summary tokens and the non-sequence
@@ -15,6 +15,11 @@ Per layer ``l``:
 
 CompSkip: with ``config.comp_skip`` every odd layer skips steps 1-2 and reuses the summary
 computed by the layer before, which removes about half of the sequence FLOPs.
+
+Sequences are packed (:mod:`.sequence`): every sequence layer runs on the real events only, so
+a batch whose histories fill half of ``seq_len`` costs about half the sequence FLOPs of the
+right-padded layout. The padded layout stays available (``padded_sequence = True``) as the
+reference the packed one is tested and benchmarked against.
 
 Multi-task heads (one MLP per :class:`~.features.Task`) read the final non-sequence tokens
 and the final summary.
@@ -38,12 +43,14 @@ from .common import (
     UserState,
     ebc_for,
     ec_for,
+    packed_sequence_embeddings,
     pooled_tokens,
     sequence_embeddings,
 )
 from .features import Batch, CandidateFeatures, FeatureSchema, UserFeatures
 from .grouped import grouped_mlp, stackable, stacked
 from .presets import ModelConfig
+from .sequence import PackedSequence, merge_partials
 from .sharing import UserRows, gram_rows
 
 
@@ -70,9 +77,10 @@ class EventEncoders(nn.Module):
         )
 
     def forward(self, emb: Tensor) -> Tensor:
-        out = emb[:, :, self.shared].sum(2)
+        # features on dim -2: padded [B, L, F, d] or packed [T, F, d]
+        out = emb[..., self.shared, :].sum(-2)
         for members, encoder in zip(self.members, self.encoders, strict=True):
-            out = out + encoder(emb[:, :, members].flatten(2))
+            out = out + encoder(emb[..., members, :].flatten(-2))
         return out
 
 
@@ -89,9 +97,18 @@ class SequenceInput(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.events = events
 
-    def forward(self, emb: Tensor, valid: Tensor) -> Tensor:
+    def forward(self, emb: Tensor, layout: Tensor | PackedSequence) -> Tensor:
+        """``emb`` packed ``[T, d]`` with its :class:`PackedSequence`, or padded ``[B, L, d]`` with ``valid [B, L]``.
+
+        With OneSeq event encoders the features are still apart on dim -2 (``[T, F, d]`` / ``[B, L, F, d]``).
+        """
         if self.events is not None:
             emb = self.events(emb)
+        if isinstance(layout, PackedSequence):
+            age = (layout.lengths[layout.row] - 1 - layout.pos).clamp(min=0)
+            packed: Tensor = self.norm(emb + self.position[age])
+            return packed
+        valid = layout
         # Right-padded sequences: event i of a user with n events is n-1-i steps old.
         n = valid.sum(1, keepdim=True)
         age = (n - 1 - torch.arange(emb.shape[1], device=emb.device)[None, :]).clamp(min=0)
@@ -112,7 +129,11 @@ class BlockAttentionLayer(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_mult * dim), nn.GELU(), nn.Linear(ffn_mult * dim, dim))
 
-    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+    def forward(self, h: Tensor, layout: Tensor | PackedSequence) -> Tensor:
+        """``h`` packed ``[T, d]`` with its :class:`PackedSequence`, or padded ``[B, L, d]`` with ``valid [B, L]``."""
+        if isinstance(layout, PackedSequence):
+            return self.forward_packed(h, layout)
+        valid = layout
         b, length, d = h.shape
         nb, bs, dh = length // self.block_size, self.block_size, d // self.heads
         # Head-major fused projection ([heads, q|k|v, head_dim] output rows): a column shard of
@@ -126,6 +147,18 @@ class BlockAttentionLayer(nn.Module):
         h = h + self.proj(att.transpose(1, 2).reshape(b, length, -1))
         h = h + self.ffn(self.norm2(h))
         return h * valid[..., None]
+
+    def forward_packed(self, h: Tensor, seq: PackedSequence) -> Tensor:
+        """Projections and FFN on the real tokens; attention on the occupied blocks only."""
+        t, d = h.shape
+        dh = d // self.heads
+        qkv = self.qkv(self.norm1(h))
+        qkv = qkv.view(t, qkv.shape[-1] // (3 * dh), 3, dh)  # [T, local heads, q|k|v, dh]; T may be 0
+        q, k, v = seq.to_blocks(qkv).permute(3, 0, 2, 1, 4)  # each [blocks, heads, block_size, dh]
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=seq.block_valid[:, None, None, :])
+        h = h + self.proj(seq.from_blocks(att.transpose(1, 2)).flatten(1))
+        out: Tensor = h + self.ffn(self.norm2(h))
+        return out
 
 
 class Summariser(nn.Module):
@@ -141,7 +174,11 @@ class Summariser(nn.Module):
         self.kv = nn.Linear(dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+    def forward(self, h: Tensor, layout: Tensor | PackedSequence) -> Tensor:
+        """``h`` packed ``[T, d]`` with its :class:`PackedSequence`, or padded ``[B, L, d]`` with ``valid [B, L]``."""
+        if isinstance(layout, PackedSequence):
+            return self.output(self.attend_packed(h, layout, null_visible=True)[1])
+        valid = layout
         b, _, d = h.shape
         x = torch.cat([self.null.expand(b, 1, d), self.norm(h)], dim=1)
         keep = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=h.device), valid], dim=1)
@@ -160,6 +197,29 @@ class Summariser(nn.Module):
         q = self.q(self.seeds).view(1, s, -1, dh).transpose(1, 2)
         kv = self.kv(x).view(b, n, -1, 2, dh).permute(3, 0, 2, 1, 4)
         return q, kv[0], kv[1]
+
+    def attend_packed(self, h: Tensor, seq: PackedSequence, *, null_visible: bool) -> tuple[Tensor, Tensor]:
+        """Seeds attending to each user's packed tokens (and the null key if ``null_visible``).
+
+        Returns ``(lse [B, h, S], out [B, h, S, dh])``: scores per occupied block, merged per
+        user by log-sum-exp. A hidden null key keeps its parameters in the graph (weight 0).
+        """
+        x = torch.cat([self.null, self.norm(h)], dim=0)[None]  # the null key first, as in the padded path
+        q, k, v = self.project(x)  # q [1, h, S, dh]; k, v [1, h, 1 + T, dh]
+        scale = q.shape[-1] ** -0.5
+        floor = torch.finfo(q.dtype).min
+        null_lse = (q[0] @ k[0, :, :1].transpose(-1, -2))[..., 0] * scale  # [h, S]
+        if not null_visible:
+            null_lse = torch.full_like(null_lse, floor)
+        kb, vb = (seq.to_blocks(t[0, :, 1:].transpose(0, 1)).permute(0, 2, 1, 3) for t in (k, v))
+        scores = (q @ kb.transpose(-1, -2)) * scale  # [blocks, h, S, block_size]
+        scores = scores.masked_fill(~seq.block_valid[:, None, None, :], floor)
+        lse = torch.logsumexp(scores, dim=-1)
+        part = torch.softmax(scores, dim=-1) @ vb
+        b = seq.batch_size
+        base_lse = null_lse.expand(b, -1, -1)
+        base_out = v[0, :, :1].expand(b, -1, q.shape[2], -1)
+        return merge_partials(lse, part, seq.block_user, base_lse, base_out)
 
     def output(self, att: Tensor) -> Tensor:
         """Attention output ``[B, h, S, dh]`` -> summary tokens ``[B, S, d]`` (projection + seed residual)."""
@@ -308,6 +368,8 @@ class KunlunModel(nn.Module):
         dev = device or torch.device("cpu")
         d = config.embedding_dim
         self.schema, self.config = schema, config
+        # The reference layout: sequences right-padded to ``seq_len`` (benchmarks and equivalence tests).
+        self.padded_sequence = False
         self.sparse = KunlunSparse(schema, d, dev)
         self.dense_token = DenseToken(schema.num_user_dense, d)
         self.domain_token = DomainToken(schema.num_domains, d)
@@ -351,18 +413,22 @@ class KunlunModel(nn.Module):
             [pooled_tokens(self.sparse.user, user.categorical, self.schema.user_names), self.dense_token(user.dense)],
             dim=1,
         )
-        schema = self.schema
-        emb, valid = sequence_embeddings(
-            self.sparse.sequence, user.sequence, schema.sequence_names, cfg.seq_len, schema.sequence_groups
-        )
-        h = self.sequence_input(emb, valid)
+        layout: Tensor | PackedSequence
+        names, groups = self.schema.sequence_names, self.schema.sequence_groups
+        if self.padded_sequence:
+            h, layout = sequence_embeddings(self.sparse.sequence, user.sequence, names, cfg.seq_len, groups)
+        else:
+            h, layout = packed_sequence_embeddings(
+                self.sparse.sequence, user.sequence, names, cfg.seq_len, cfg.block_size, groups
+            )
+        h = self.sequence_input(h, layout)
         summaries: list[Tensor] = []
         summary: Tensor | None = None
         j = 0
         for layer in range(cfg.num_layers):
             if cfg.computes_sequence(layer):
-                h = self.attention[j](h, valid)
-                summary = self.summarisers[j](h, valid)
+                h = self.attention[j](h, layout)
+                summary = self.summarisers[j](h, layout)
                 j += 1
             assert summary is not None
             summaries.append(summary)  # CompSkip layers reuse the cached summary

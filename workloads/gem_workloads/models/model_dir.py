@@ -96,6 +96,8 @@ class LoadedModel:
     version: str
     role: str = ""
     foundation_version: str | None = None
+    # The serving precision plan applied to ``model`` (its summary), once one is (scoring.precision_plan).
+    precision: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.role = self.role or default_role(self.kind)

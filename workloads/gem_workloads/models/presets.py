@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 class ModelConfig:
     """Hyper-parameters of the Kunlun-style model and of the DLRM-style baseline.
 
-    ``seq_len`` is the padded length of the behaviour sequence (a multiple of ``block_size``;
-    longer histories keep their most recent ``seq_len`` events). ``comp_skip`` makes every
+    ``seq_len`` is the longest behaviour sequence the model reads (a multiple of ``block_size``;
+    longer histories keep their most recent ``seq_len`` events; shorter ones are not padded). ``comp_skip`` makes every
     odd layer skip the sequence modules and reuse the summary cached by the layer before.
     """
 

@@ -51,6 +51,12 @@ def parser() -> argparse.ArgumentParser:
         "--foundation-version",
         help="the foundation model version this pool serves: refuse to start on a model of another version",
     )
+    p.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16", "fp8"),
+        default="fp32",
+        help="embedding precision (as the ranking server's --precision; the model directory's recorded plan is reused)",
+    )
     p.add_argument("--memory-len", type=int, default=16, help="LoopFM representations kept per user (0: none)")
     return p
 
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         max_seconds=args.max_seconds,
         gpus_per_worker=args.gpus_per_worker,
         device=args.device,
+        precision=args.precision,
     )
     ray.shutdown()
     print(json.dumps({"stopped": True, **total.__dict__}))

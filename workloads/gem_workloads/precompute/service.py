@@ -109,6 +109,7 @@ class WorkerActor:
         model_dir: str | None,
         preset: str | None,
         device: str | None = None,
+        precision: str = "fp32",
     ) -> None:
         import redis
         import torch
@@ -120,7 +121,12 @@ class WorkerActor:
         torch.set_num_threads(1)
         # --device, else $GEM_DEVICE, else the GPU Ray gave this actor (CUDA_VISIBLE_DEVICES), else the CPU
         where = resolve_device(device)
-        engine = Engine(load_model(model_dir, preset, where), where)
+        loaded = load_model(model_dir, preset, where)
+        if precision != "fp32":
+            from ..scoring.precision_plan import resolve_precision
+
+            resolve_precision(loaded, precision, where, model_dir)
+        engine = Engine(loaded, where)
         source = redis.Redis.from_url(source_url)
         store = source if store_url == source_url else redis.Redis.from_url(store_url)
         self.worker = PrecomputeWorker(WorkerConfig(**cfg), source, engine, store)
@@ -164,6 +170,7 @@ def run_pool(
     max_seconds: float | None = None,
     gpus_per_worker: float = 0.0,
     device: str | None = None,
+    precision: str = "fp32",
 ) -> StepStats:
     """Run ``workers`` actors until ``stop`` is set (or ``max_seconds``); returns the totals."""
     import ray
@@ -178,7 +185,9 @@ def run_pool(
         nonlocal generation
         generation += 1
         consumer = f"{cfg.consumer}-{i}-g{generation}"
-        return remote_cls.remote({**base, "consumer": consumer}, source_url, store_url, model_dir, preset, device)
+        return remote_cls.remote(
+            {**base, "consumer": consumer}, source_url, store_url, model_dir, preset, device, precision
+        )
 
     actors = [start(i) for i in range(workers)]
     running: dict[Any, int] = {actors[i].run.remote(slice_seconds): i for i in range(workers)}

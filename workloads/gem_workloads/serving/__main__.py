@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry
 from ..models.devices import DEVICE_ENV, DeviceError, resolve_device
 from ..models.model_dir import LoadedModel
 from ..scoring.engine import load_model, preset_model
+from ..scoring.precision import PRECISIONS
+from ..scoring.precision_plan import resolve_precision
 from ..scoring.request import example_request
 from .app import ServerConfig, create_app
 from .lookups import PrecomputedLookups
@@ -51,6 +53,13 @@ def parser() -> argparse.ArgumentParser:
         "--copy-user-state",
         action="store_true",
         help="copy the user state per candidate instead of reading it by index (a benchmark baseline)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="serving precision: fp32 (as trained), bf16 or fp8 on every layer, or auto (a per-layer plan chosen by "
+        "micro-benchmark and a quality gate; the plan recorded in the model directory is reused)",
     )
     p.add_argument("--device-profile", help="with --device emulated:NAME: a profile file instead of the built-in NAME")
     p.add_argument("--device-time-scale", type=float, default=1.0, help="with emulated: a device X times slower")
@@ -127,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def load() -> LoadedModel:
         if model_dir:
-            return load_model(model_dir, None, device)
-        loaded = preset_model(args.preset, seq_len=args.seq_len)
-        loaded.model.to(device)
+            loaded = load_model(model_dir, None, device)
+        else:
+            loaded = preset_model(args.preset, seq_len=args.seq_len)
+            loaded.model.to(device)
+        if args.precision != "fp32":
+            resolve_precision(loaded, args.precision, device, model_dir)
         return loaded
 
     lookups = None

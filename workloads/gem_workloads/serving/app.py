@@ -4,11 +4,12 @@
   ``{"scores": [[p_task, ...], ...], "tasks": [...], "model_version": ..., "shared": bool}``.
   400 malformed JSON, 413 too many candidates or too large a body, 422 wrong types / missing or
   empty fields, 503 while loading or when the queue is full (with ``Retry-After``).
-- ``GET /readyz``: 200 only once the model is loaded; ``GET /healthz``: 200 while the process is
+- ``GET /readyz``: 200 only once the model is loaded (with the precision plan it runs);
+  ``GET /healthz``: 200 while the process is
   sound (503 if the model failed to load, so the kubelet restarts the pod).
 - ``GET /metrics``: Prometheus text (see :mod:`.metrics`).
 - ``GET /v1/example-request?candidates=N&seq_len=L``: a valid body for this model (load tests).
-- ``GET /v1/model``: kind, version, preset name, sequence length, tasks.
+- ``GET /v1/model``: kind, version, preset name, sequence length, tasks, precision plan.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class ServerState:
             self.lookups.bind(loaded.version, self.metrics.registry, loaded)
         self.engine, self.batcher = engine, batcher
         self.metrics.model_load_seconds.set(time.perf_counter() - t0)
+        self.metrics.precision_plan(loaded.precision)
         self.metrics.ready.set(1)
         log.info("model %s (%s) loaded in %.2fs", loaded.version, loaded.kind, time.perf_counter() - t0)
 
@@ -174,7 +176,8 @@ async def _rank(request: web.Request, state: ServerState) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.engine is not None:
-        return web.json_response({"ready": True, "model_version": state.engine.loaded.version})
+        loaded = state.engine.loaded
+        return web.json_response({"ready": True, "model_version": loaded.version, "precision": loaded.precision})
     return web.json_response({"ready": False, "reason": state.load_error or "loading model"}, status=503)
 
 
@@ -230,6 +233,7 @@ async def model_info(request: web.Request) -> web.Response:
         "tasks": state.engine.task_names,
         "shared": state.cfg.share,
         "max_candidates": state.cfg.max_candidates,
+        "precision": loaded.precision,
     }
     return web.json_response(info)
 

@@ -96,6 +96,15 @@ class ServerMetrics:
         )
         self.ready = Gauge("gem_ranking_model_ready", "1 once the model is loaded and serving.", registry=r)
         self.model_load_seconds = Gauge("gem_ranking_model_load_seconds", "Time taken to load the model.", registry=r)
+        self.precision_layers = Gauge(
+            "gem_ranking_precision_layers",
+            "Model layers the serving precision plan runs in each precision.",
+            ["precision"],
+            registry=r,
+        )
+        self.precision_auc_delta = Gauge(
+            "gem_ranking_precision_auc_delta", "Holdout AUC of the precision plan minus fp32's.", registry=r
+        )
         self.rate = CandidateRate()
         self.gpu = gpu
         self.sm_active: Gauge | None = None
@@ -103,6 +112,14 @@ class ServerMetrics:
             self.sm_active = Gauge(
                 "gem_ranking_gpu_sm_active", "GPU SM activity (fraction) read from NVML.", ["source"], registry=r
             )
+
+    def precision_plan(self, summary: dict[str, Any] | None) -> None:
+        """Export the plan the model runs (``LoadedModel.precision``; ``None``: fp32 as loaded)."""
+        for precision, count in ((summary or {}).get("layers") or {}).items():
+            self.precision_layers.labels(precision).set(count)
+        delta = (summary or {}).get("aucDelta")
+        if delta is not None:
+            self.precision_auc_delta.set(delta)
 
     def on_batch(self, requests: int, candidates: int, seconds: float) -> None:
         self.batch_requests.observe(requests)

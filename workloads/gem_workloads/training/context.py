@@ -1,7 +1,8 @@
 """Context parallelism (``cp``) for the Kunlun-style model's behaviour sequence.
 
-The ``cp`` ranks of a group share one batch. The padded sequence is cut into ``cp`` equal runs
-of whole attention blocks and rank ``c`` keeps run ``c``:
+The ``cp`` ranks of a group share one batch. Each user's sequence positions ``0 .. seq_len - 1``
+are cut into ``cp`` equal runs of whole attention blocks and rank ``c`` keeps the events of run
+``c`` (packed, :meth:`~gem_workloads.models.sequence.PackedSequence.window`):
 
 * block attention only attends inside a block, so it runs on the local blocks with no
   communication at all;
@@ -26,6 +27,7 @@ from torch import Tensor
 from torch.distributed import ProcessGroup
 
 from ..models.kunlun import Summariser
+from ..models.sequence import PackedSequence
 from .collectives import gather_stack
 
 
@@ -35,14 +37,6 @@ def rows(t: Tensor, rank: int, size: int) -> Tensor:
         return t
     n = t.shape[0] // size
     return t[rank * n : (rank + 1) * n]
-
-
-def local_blocks(t: Tensor, rank: int, size: int) -> Tensor:
-    """This cp rank's contiguous ``1/size`` of the sequence (dim 1), whole blocks by construction."""
-    if size == 1:
-        return t
-    n = t.shape[1] // size
-    return t[:, rank * n : (rank + 1) * n]
 
 
 class ContextParallelSummariser(Summariser):
@@ -55,7 +49,12 @@ class ContextParallelSummariser(Summariser):
     cp_group: ProcessGroup
     cp_rank: int
 
-    def forward(self, h: Tensor, valid: Tensor) -> Tensor:
+    def forward(self, h: Tensor, layout: Tensor | PackedSequence) -> Tensor:
+        if isinstance(layout, PackedSequence):
+            # Every rank holds the null key; only rank 0 lets it be attended (see below).
+            lse, part = self.attend_packed(h, layout, null_visible=self.cp_rank == 0)
+            return self.combine(part, lse)
+        valid = layout
         b, _, d = h.shape
         # Every rank has the null key (so every rank gets a gradient for it, which FSDP needs
         # to reduce the same tensors everywhere) but only rank 0 lets it be attended.
@@ -69,6 +68,10 @@ class ContextParallelSummariser(Summariser):
         scores = scores.masked_fill(~keep[:, None, None, :], torch.finfo(scores.dtype).min)
         lse = torch.logsumexp(scores, dim=-1)  # [B, h, S]
         part = torch.softmax(scores, dim=-1) @ v  # [B, h, S, dh]
+        return self.combine(part, lse)
+
+    def combine(self, part: Tensor, lse: Tensor) -> Tensor:
+        """Merge this rank's partial attention ``part [B, h, S, dh]`` (log-sum-exp ``lse``) with the other ranks'."""
         parts, lses = gather_stack(part, self.cp_group), gather_stack(lse, self.cp_group)
         weights = torch.softmax(lses, dim=0)[..., None]
         return self.output((weights * parts).sum(0))
@@ -83,4 +86,4 @@ def enable_context_parallel(summarisers: list[Summariser], group: ProcessGroup) 
         module.cp_group, module.cp_rank = group, rank
 
 
-__all__ = ["ContextParallelSummariser", "enable_context_parallel", "local_blocks", "rows"]
+__all__ = ["ContextParallelSummariser", "enable_context_parallel", "rows"]

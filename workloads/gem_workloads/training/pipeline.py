@@ -6,6 +6,11 @@ contiguous layer ranges (:func:`split_layers`) and pass ``(h, summary, x)`` on: 
 hidden states (dropped once no later stage has a sequence layer), the newest summary and the
 non-sequence tokens.
 
+Inside a stage the sequence is packed (:mod:`gem_workloads.models.sequence`: no FLOPs on
+padding). Between stages ``h`` travels right-padded to ``[B, seq_len / cp, d]``: a schedule
+needs fixed shapes to size its receive buffers and cuts microbatches along the batch dim; the
+pad and unpad are copies, not compute.
+
 Placement of the rest, and why:
 
 * **embeddings (TorchRec DMP) and feature preparation on stage 0** — the lookups feed the first
@@ -30,7 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from ..models.kunlun import KunlunModel
-from .context import local_blocks, rows
+from ..models.sequence import PackedSequence
+from .context import rows
 from .experts import Elsewhere
 
 
@@ -67,7 +73,8 @@ class KunlunStage(nn.Module):
     ) -> None:
         super().__init__()
         cfg = model.config
-        self.seq_len, self.layers, self.first, self.last = cfg.seq_len, layers, first, last
+        self.seq_len, self.block_size, self.layers = cfg.seq_len, cfg.block_size, layers
+        self.first, self.last = first, last
         self.cp_rank, self.cp_size = cp_rank, cp_size
         self.sequence_index = {layer: sum(cfg.computes_sequence(i) for i in range(layer)) for layer in layers}
         self.computes = {layer: cfg.computes_sequence(layer) for layer in layers}
@@ -89,27 +96,36 @@ class KunlunStage(nn.Module):
 
     def forward(self, *acts: Tensor, lengths: Tensor, dense: Tensor, domain: Tensor) -> Tensor | tuple[Tensor, ...]:
         parts = self.model_parts
-        valid = torch.arange(self.seq_len, device=lengths.device)[None, :] < lengths.clamp(max=self.seq_len)[:, None]
-        local_valid = local_blocks(valid, self.cp_rank, self.cp_size)
+        seq = PackedSequence.build(lengths, self.seq_len, self.block_size)
+        local, keep = seq, None
+        if self.cp_size > 1:
+            span = self.seq_len // self.cp_size
+            local, keep = seq.window(self.cp_rank * span, span)
         my_domain = rows(domain, self.cp_rank, self.cp_size)
         summary: Tensor | None
         h: Tensor | None
         if self.first:
             user_tokens, seq_emb, item_tokens = acts
-            h = local_blocks(parts["sequence_input"](seq_emb, valid), self.cp_rank, self.cp_size)
+            # Packed lookups [T, d], or right-padded [B, seq_len, d] where a schedule cuts microbatches
+            # (one more dim, the features, before d with OneSeq event encoders).
+            padded_dims = 3 if parts["sequence_input"].events is None else 4
+            h = parts["sequence_input"](seq.unpad(seq_emb) if seq_emb.dim() == padded_dims else seq_emb, seq)
+            if keep is not None:
+                h = h[keep]
             tokens = [user_tokens, parts["dense_token"](dense), item_tokens, parts["domain_token"](domain)]
             x = rows(parts["token_norm"](torch.cat(tokens, dim=1)), self.cp_rank, self.cp_size)
             summary = None
         elif self.receives_h:
-            h, summary, x = acts
+            wire, summary, x = acts
+            h = local.unpad(wire)
         else:
             (summary, x), h = acts, None
         for layer in self.layers:
             if self.computes[layer]:
                 assert h is not None
                 j = self.sequence_index[layer]
-                h = parts[f"attention_{j}"](h, local_valid)
-                summary = rows(parts[f"summariser_{j}"](h, local_valid), self.cp_rank, self.cp_size)
+                h = parts[f"attention_{j}"](h, local)
+                summary = rows(parts[f"summariser_{j}"](h, local), self.cp_rank, self.cp_size)
             assert summary is not None  # layer 0 always computes the sequence part
             x = parts[f"interaction_{layer}"](torch.cat([summary, x], dim=1), x, my_domain)
         assert summary is not None
@@ -118,7 +134,7 @@ class KunlunStage(nn.Module):
             return logits
         if self.sends_h:
             assert h is not None
-            return h, summary, x
+            return local.pad(h), summary, x
         return summary, x
 
     def units(self) -> list[nn.Module]:

@@ -51,7 +51,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..models import Batch, FeatureSchema, KunlunModel, ModelConfig, RankingModel, build_model, get_preset
-from ..models.common import pooled_tokens, sequence_embeddings
+from ..models.common import packed_sequence_embeddings, pooled_tokens, sequence_embeddings
 from ..models.devices import resolve_device
 from .checkpoint import open_checkpoints
 from .dense import DenseRunner
@@ -407,8 +407,14 @@ class Trainer(Publishing):
         sparse = self.dmp.module.sparse
         schema, cfg = self.schema, self.config
         user = pooled_tokens(sparse.user, batch.user.categorical, schema.user_names)
-        groups = schema.sequence_groups
-        seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, schema.sequence_names, cfg.seq_len, groups)
+        names, groups = schema.sequence_names, schema.sequence_groups
+        seq: Tensor
+        if self.par.pp == 1:  # packed [T, d] ([T, F, d] with OneSeq groups): no padding at all
+            seq, _ = packed_sequence_embeddings(
+                sparse.sequence, batch.user.sequence, names, cfg.seq_len, cfg.block_size, groups
+            )
+        else:  # the schedule cuts microbatches along dim 0: right-padded [B, seq_len, d]
+            seq, _ = sequence_embeddings(sparse.sequence, batch.user.sequence, names, cfg.seq_len, groups)
         item = pooled_tokens(sparse.item, batch.candidate.categorical, schema.item_names)
         return user, seq, item
 
@@ -452,7 +458,8 @@ class Trainer(Publishing):
             step = self.step + 1
             batch = self.loader.batch(step).to(self.device)
             # The pipeline's first step infers its send/recv metadata with autograd.grad, which the
-            # FLOP counter's backward hooks do not support: count a later step then.
+            # FLOP counter's backward hooks do not support: count a later step then. Sequences are
+            # packed, so the count (and MFU) covers real events only, never padding.
             if self.flops_per_step is None and (self.par.pp == 1 or step > first_step):
                 with FlopCounterMode(display=False) as counter:
                     loss = self.train_step(batch)
