@@ -210,6 +210,15 @@ def test_trained_version_serves_with_the_offline_auc(cluster: EmbeddedCluster, l
         assert served["requests"] == HOLDOUT and served["model_version"] == ["e2e-v1"]
         for task, metrics in offline.items():
             assert served["eval"][task]["examples"] == metrics["examples"]
-            assert served["eval"][task]["auc"] == pytest.approx(metrics["auc"], abs=1e-6), (task, served, offline)
+            # The server scores per request (user state shared, experts grouped by the request's
+            # domains), the export in eval batches: scores agree to float rounding, which may order
+            # one near-tied pair differently, and one pair moves the AUC by 1 / (positives x negatives).
+            positives = metrics["positives"]
+            one_pair = 1.0 / (positives * (metrics["examples"] - positives))
+            assert served["eval"][task]["auc"] == pytest.approx(metrics["auc"], abs=one_pair + 1e-6), (
+                task,
+                served,
+                offline,
+            )
     finally:
         operator.stop()

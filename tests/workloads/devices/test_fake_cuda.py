@@ -62,8 +62,17 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTensorMode]:
         # a backward's devices mirror its forward's, which is what runs here.
         assert loss.device.type == "cuda" and loss.requires_grad
 
+    init = KunlunModel.__init__
+
+    def padded_init(self: KunlunModel, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        # The packed layout reads its sizes to the host once per batch (allocation needs them),
+        # which data-free tensors cannot give; the padded reference layout runs the same modules.
+        self.padded_sequence = True
+
     monkeypatch.setattr(devices, "to_numpy", to_numpy)
     monkeypatch.setattr(torch.autograd, "backward", backward)
+    monkeypatch.setattr(KunlunModel, "__init__", padded_init)
     torch.set_num_threads(1)
     mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
     mode.host_copies = host_copies  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
@@ -105,7 +106,8 @@ def _propose(
                 continue  # not on the scoring path
             args, kwargs = inputs[name]
             t32 = _median_time(functools.partial(unit, *args, **kwargs), device, reps)
-            best, best_t = "fp32", t32
+            # The fastest low precision that clears the margin (min_speedup < 1 accepts a slower one).
+            best, best_t = "fp32", math.inf
             for p in (k for k in kinds if applies(unit, k)):
                 conv = converted.setdefault((name, p), convert(unit, p))
                 t = _median_time(functools.partial(conv, *args, **kwargs), device, reps)
