@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -139,19 +139,24 @@ def reported_checkpoints(pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """
     found: list[str] = []
     for pod in pods:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-                message = (state.get("terminated") or {}).get("message")
-                if not message:
-                    continue
-                try:
-                    parsed = json.loads(message)
-                except ValueError:
-                    parsed = message.strip()
-                name = parsed.get("checkpoint") if isinstance(parsed, dict) else parsed
-                if isinstance(name, str) and name:
-                    found.append(name)
+        for message in termination_messages(pod):
+            try:
+                parsed = json.loads(message)
+            except ValueError:
+                parsed = message.strip()
+            name = parsed.get("checkpoint") if isinstance(parsed, dict) else parsed
+            if isinstance(name, str) and name:
+                found.append(name)
     return found
+
+
+def termination_messages(pod: Mapping[str, Any]) -> Iterator[str]:
+    """The non-empty messages of the pod's containers' current and last terminations."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            message = (state.get("terminated") or {}).get("message")
+            if message:
+                yield message
 
 
 def newest_checkpoint(candidates: Iterable[str | None]) -> str | None:

@@ -17,21 +17,19 @@ from typing import Any
 
 from gem_operator.api.training import MAX_LISTED_MODELS, ExportedModel
 
+from .gang import termination_messages
+
 LATEST = "latest"
 
 
 def _messages(pod: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-            message = (state.get("terminated") or {}).get("message")
-            if not message:
-                continue
-            try:
-                parsed = json.loads(message)
-            except ValueError:
-                continue
-            if isinstance(parsed, dict):
-                yield parsed
+    for message in termination_messages(pod):
+        try:
+            parsed = json.loads(message)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            yield parsed
 
 
 def reported_models(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
