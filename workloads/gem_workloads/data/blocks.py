@@ -48,6 +48,18 @@ class ExampleBlock:
     def size(self) -> int:
         return len(self.domain)
 
+    def take(self, rows: np.ndarray) -> ExampleBlock:
+        """Examples ``rows`` (in that order)."""
+        return ExampleBlock(
+            user={k: take_rows(v, rows) for k, v in self.user.items()},
+            sequence={k: take_rows(v, rows) for k, v in self.sequence.items()},
+            dense=self.dense[rows],
+            item={k: take_rows(v, rows) for k, v in self.item.items()},
+            domain=self.domain[rows],
+            labels=self.labels[rows],
+            label_mask=self.label_mask[rows],
+        )
+
     @staticmethod
     def concat(blocks: list[ExampleBlock]) -> ExampleBlock:
         first = blocks[0]

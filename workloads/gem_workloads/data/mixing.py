@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..models.features import Batch, FeatureSchema
-from .blocks import ExampleBlock, ExampleSource, collate, take_rows
+from .blocks import ExampleBlock, ExampleSource, collate
 
 
 class MixingLoader:
@@ -54,19 +54,7 @@ class MixingLoader:
         block = ExampleBlock.concat(parts)
         # Shuffle rows so that a batch is not sorted by domain.
         perm = rng.permutation(block.size)
-        return _take(block, perm)
+        return block.take(perm)
 
     def batch(self, step: int) -> Batch:
         return collate(self.block(step), self.schema)
-
-
-def _take(block: ExampleBlock, rows: np.ndarray) -> ExampleBlock:
-    return ExampleBlock(
-        user={k: take_rows(v, rows) for k, v in block.user.items()},
-        sequence={k: take_rows(v, rows) for k, v in block.sequence.items()},
-        dense=block.dense[rows],
-        item={k: take_rows(v, rows) for k, v in block.item.items()},
-        domain=block.domain[rows],
-        labels=block.labels[rows],
-        label_mask=block.label_mask[rows],
-    )

@@ -47,23 +47,9 @@ class Holdout:
         return sum(b.size for b in self.blocks)
 
 
-def _take(block: ExampleBlock, rows: np.ndarray) -> ExampleBlock:
-    from ..data.blocks import take_rows
-
-    return ExampleBlock(
-        user={k: take_rows(v, rows) for k, v in block.user.items()},
-        sequence={k: take_rows(v, rows) for k, v in block.sequence.items()},
-        dense=block.dense[rows],
-        item={k: take_rows(v, rows) for k, v in block.item.items()},
-        domain=block.domain[rows],
-        labels=block.labels[rows],
-        label_mask=block.label_mask[rows],
-    )
-
-
 def split_block(block: ExampleBlock, size: int = EVAL_BATCH) -> list[ExampleBlock]:
     """Consecutive slices of at most ``size`` rows, in order."""
-    return [_take(block, np.arange(s, min(s + size, block.size))) for s in range(0, block.size, size)]
+    return [block.take(np.arange(s, min(s + size, block.size))) for s in range(0, block.size, size)]
 
 
 def movielens_holdout(cfg: ModelConfig, limit: int) -> Holdout:
@@ -86,7 +72,7 @@ def synthetic_holdout(cfg: ModelConfig, seed: int, limit: int) -> Holdout:
     while total < limit:
         step += 1
         block = loader.block(step)
-        block = _take(block, np.arange(min(block.size, limit - total)))
+        block = block.take(np.arange(min(block.size, limit - total)))
         blocks.append(block)
         total += block.size
     return Holdout(blocks, f"synthetic: {total} examples from a stream training never samples")
