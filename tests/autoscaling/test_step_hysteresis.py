@@ -44,7 +44,7 @@ def pool(n: int, sm: float, now: float) -> Observation:
 def test_a_reversing_scale_down_waits_for_the_budget(
     last: int, reversals: tuple[float, ...], wanted: int, held: bool
 ) -> None:
-    s = spec()  # maxDirectionChangesPerHour 3: a reversal needs at most 1 change in the last hour
+    s = spec()  # maxDirectionChangesPerHour 4: an unconfirmed reversal needs at most 1 change in the last hour
     state = ScalerState(last_direction=last, reversals=reversals)
     seen = observe(s, state, pool(5, 0.5, T0), T0)
     out = hold_reversal(s, state, seen, Limited(wanted), T0)

@@ -188,7 +188,10 @@ class SloFeedback(ApiModel):
     starting (Ready < replicas), while the pool is overloaded (the queue signal sizes an overload),
     nor within that interval after either (the p99's query window still holds them); no upward move
     while the stabilisation window keeps more replicas than the target asks for (a low p99 then
-    says nothing about the target). Inside the band it holds.
+    says nothing about the target). Inside the band it holds. A p99 below the band for a whole
+    window on a quiet pool also releases capacity the scale-down window holds: the window keeps
+    exp(integralGain x error) of its peak (never less than the peak of the ramp lead's window), once
+    per window, not while the ramp lead sees demand rising.
 
     `ratchet` (the earlier rule), at every sync with a fresh latency reading:
 
@@ -324,17 +327,20 @@ class Hysteresis(ApiModel):
 
     A scale-down right after a scale-up (a reversal) is held while the last hour already holds
     `maxDirectionChangesPerHour - 1` direction changes, so the scale-up that may follow it still
-    fits the budget: no hour holds more than `maxDirectionChangesPerHour` changes. A scale-up is
-    never held (the SLO comes first), and a scale-down after a scale-down is no reversal.
+    fits the budget: no hour holds more than `maxDirectionChangesPerHour` changes. That last change
+    is kept for a reversal the p99 confirms (below the SLO loop's band for a whole window on a quiet
+    pool); any other is held one change earlier. A scale-up is never held (the SLO comes first),
+    and a scale-down after a scale-down is no reversal.
     """
 
     enabled: bool = Field(default=True, description="Hold reversing scale-downs beyond the budget.")
     max_direction_changes_per_hour: int = Field(
-        default=3,
+        default=4,
         ge=2,
         le=60,
         description=(
-            "Direction changes (up to down, down to up) any hour may hold; 3 keeps a run of any length under 4 an hour."
+            "Direction changes (up to down, down to up) any hour may hold; the last one only for a scale-down "
+            "the p99 confirms."
         ),
     )
 
@@ -433,8 +439,9 @@ class AutoscalingSpec(ApiModel):
     hysteresis: Hysteresis = Field(
         default_factory=Hysteresis,
         description=(
-            "No scale-down reversing a scale-up while the last hour holds maxDirectionChangesPerHour (3) - 1 "
-            "direction changes: no hour holds more than maxDirectionChangesPerHour. Scale-up is never held."
+            "No scale-down reversing a scale-up while the last hour holds maxDirectionChangesPerHour (4) - 1 "
+            "direction changes (- 2 unless the p99 shows room below the SLO loop's band): no hour holds more "
+            "than maxDirectionChangesPerHour. Scale-up is never held."
         ),
     )
     panic: PanicMode = Field(

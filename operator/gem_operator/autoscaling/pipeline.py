@@ -16,7 +16,7 @@ from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import NOT_LIMITED, Decision, Limit, Reason, render
 from gem_operator.autoscaling.observation import Observation
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.steps.hysteresis import hold_reversal, remember_direction
+from gem_operator.autoscaling.steps.hysteresis import hold_reversal, release_fits, remember_direction
 from gem_operator.autoscaling.steps.limits import Limited, apply_panic, cap, limit_rate
 from gem_operator.autoscaling.steps.measure import Signals, read_signals
 from gem_operator.autoscaling.steps.observe import Observed, observe
@@ -37,12 +37,14 @@ def decide(
     seen = observe(spec, state, obs, now)
     sig = read_signals(spec, state, obs, now, seen, saturation=saturation, slo_ms=slo_ms)
     rec = recommend(spec, sig.sm, seen, now, obs.precompute, state.backlog_empty_since)
-    stable = stabilise(spec, seen, rec, now)
+    # No capacity is given back while the ramp lead sees demand rising.
+    release = sig.slo.release if sig.ramp.recommendation is None and release_fits(spec, state, now) else None
+    stable = stabilise(spec, seen, rec, now, release=release)
     held = rec.replicas is None
     panicked = apply_panic(sig.panic, stable.replicas, seen.current, held=held, yielding=rec.yielding)
     rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)
     if not rec.at_once:  # an idle or yielding precompute pool gives its GPUs back whatever the budget
-        rated = hold_reversal(spec, state, seen, rated, now)
+        rated = hold_reversal(spec, state, seen, rated, now, confirmed=sig.slo.release is not None)
     reasons = (*rec.reasons, *stable.reasons, *sig.slo.reasons, *panicked.reasons, *rated.reasons)
     limits = rated.limits
     if rec.yielding:
@@ -91,6 +93,7 @@ def conclude(
         demand=ramp.usage,
         lead_seconds=ramp.lead_seconds,
         scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
+        slo_last_release=now if stable.released else state.slo_last_release,
     )
     problem = sig.sm.metrics_problem
     return Decision(

@@ -51,7 +51,10 @@ Steps, in order:
    only to the *lowest* recommendation of the up window and fall only to the *highest* of the
    down window. Around a backlog (queue signal) the history records what the arrivals need
    (`signals.Signal.steady`), not the capacity ordered to drain the backlog or already on its way,
-   so a one-off flash crowd is not paid for over the whole down window.
+   so a one-off flash crowd is not paid for over the whole down window. **Release** (SLO loop):
+   while the p99 rests below the loop's band for a whole window on a quiet pool, the down window
+   keeps only exp(integralGain x error) of its peak, once per window and not while the ramp lead
+   sees demand rising (`steps/stabilise.py`).
 5. **Rate policies:** per direction the most permissive listed policy applies, each measured
    against the replicas at the start of its period (recorded scale events).
 6. **Free GPUs:** scale-up is capped at `current + free_gpus // gpusPerReplica` (minus pods
@@ -63,8 +66,9 @@ Steps, in order:
    capacity a burst needed is not handed back just before the next one (`ScalingLimited`
    reasons `Panic` / `LatencyOverSlo`). **Direction budget** (`steps/hysteresis.py`,
    `spec.autoscaling.hysteresis`): a scale-down reversing a scale-up waits while the last hour
-   holds `maxDirectionChangesPerHour - 1` (2) direction changes, so no hour holds more than 3
-   (`DirectionChangeBudget`); scale-up is never held.
+   holds `maxDirectionChangesPerHour - 2` (2) direction changes, or `- 1` (3) when the p99 shows
+   room below the SLO loop's band, so no hour holds more than 4 (`DirectionChangeBudget`);
+   scale-up is never held.
 7. **Bounds:** `minReplicas..maxReplicas`. A RankingService keeps its last replica (SM active
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero
    through the scale subresource).

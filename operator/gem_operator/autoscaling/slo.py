@@ -66,6 +66,7 @@ class SloStep:
     hold_down: bool = False  # within scaleDownHoldSeconds of the last over-SLO p99 (blocks scale-down)
     last_overloaded: float | None = None  # when a sync last saw the pool overloaded
     eager: bool = False  # a fresh p99 above eagerScaleUpAbove x SLO: scale-up ignores the up tolerance
+    release: float | None = None  # the p99 shows room below the band: the down window may keep this x its count
 
     @property
     def message(self) -> str:

@@ -46,6 +46,8 @@ class ScalerState:
         one side of its band; a move needs a whole window of them.
     last_direction: +1 / -1, the direction of the last scale event (0: none yet).
     reversals: times of the direction changes within the last hour (the hysteresis budget).
+    slo_last_release: when the band loop last let the scale-down window give capacity back (the
+        next release waits until the p99 has seen the smaller pool for a whole window).
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -69,9 +71,10 @@ class ScalerState:
     slo_outside: tuple[float, float] | None = None
     last_direction: int = 0
     reversals: tuple[float, ...] = ()
+    slo_last_release: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "recommendations": [[t, n] for t, n in self.recommendations],
             "events": [[t, d] for t, d in self.events],
             "backlogEmptySince": self.backlog_empty_since,
@@ -94,6 +97,9 @@ class ScalerState:
             "lastDirection": self.last_direction,
             "reversals": list(self.reversals),
         }
+        if self.slo_last_release is not None:  # absent reads as None: states written before it parse the same
+            out["sloLastRelease"] = self.slo_last_release
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> ScalerState:
@@ -128,6 +134,7 @@ class ScalerState:
                 slo_outside=None if (o := data.get("sloOutside")) is None else (_finite(o[0]), _finite(o[1])),
                 last_direction=_direction(data.get("lastDirection", 0)),
                 reversals=tuple(_finite(t) for t in data.get("reversals", [])),
+                slo_last_release=_opt(data.get("sloLastRelease")),
             )
         except (TypeError, ValueError, IndexError):
             return cls()

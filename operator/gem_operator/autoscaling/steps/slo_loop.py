@@ -34,6 +34,17 @@ SM active measured at this sync (none without a reading): the target climbs as f
 shown the p99 holds, one step past it, and the next step waits for the p99 at the new level. A
 p99 far above the band counts as at most `MAX_ERROR` per move.
 
+The band holds the p99, the stabilisation window holds capacity: while the down window keeps the
+peak of the last 15 minutes, a rise of the target changes nothing the pool runs at (and the rise
+is capped by the SM active it runs at, above). So a p99 below the band for a whole window on a
+quiet pool also *releases* (`SloStep.release`): the down window may keep exp(integralGain x error)
+of its peak, the loop's own move on that p99 applied to the capacity it holds (`steps/stabilise.py`),
+once per window since the last release, so each step is judged by the p99 of the smaller pool.
+Nothing is released while the ramp lead sees demand rising, and a release that would turn a
+scale-up into a scale-down waits until the direction budget has room for it, the scale-up that may
+follow and one more scale-down (`steps/hysteresis.py`). A confirmed room also opens the budget's
+last change to a scale-down.
+
 No fresh p99: it holds (an unavailable latency is never a low one). A fresh p99 over the SLO
 blocks scale-down, and one read while every pod served and the pool was not overloaded holds it
 for `scaleDownHoldSeconds` (otherwise the queue sized the capacity, and the down window keeps what
@@ -135,6 +146,21 @@ def outside_run(state: ScalerState, error: float, now: float) -> tuple[float, fl
     return (run[0], error if abs(error) < abs(run[1]) else run[1])
 
 
+def releases(
+    spec: AutoscalingSpec, state: ScalerState, run: tuple[float, float] | None, error: float, now: float, window: float
+) -> float | None:
+    """The share of its peak the down window may keep (see the module docstring), when the p99 has
+    been below the band for a whole window since the last release (None: no release). `error`: this
+    reading's, which covers the last window; the run's least error may date from before the last
+    release."""
+    if run is None or run[1] >= 0:
+        return None
+    since = run[0] if state.slo_last_release is None else max(run[0], state.slo_last_release)
+    if now - since < window:
+        return None
+    return math.exp(spec.slo_feedback.integral_gain * error)
+
+
 def slo_loop(
     spec: AutoscalingSpec,
     state: ScalerState,
@@ -189,9 +215,10 @@ def slo_loop(
     frozen = why_frozen(spec, obs, now, quiet_since)
     if frozen is not None:
         return replace(seen, reasons=says(f"{head}: SM target held at {current:.3f} ({frozen})"), outside=None)
-    run = outside_run(state, band_error(spec, p99, slo_ms), now)
-    seen = replace(seen, outside=run)
+    error_now = band_error(spec, p99, slo_ms)
+    run = outside_run(state, error_now, now)
     window = fb.decrease_interval_seconds
+    seen = replace(seen, outside=run, release=releases(spec, state, run, error_now, now, window))
     if state.slo_last_move is not None and now - state.slo_last_move < window:
         moved = f"moved {now - state.slo_last_move:.0f}s ago, before the p99 could see it"
         return replace(seen, reasons=says(f"{head}: SM target held at {current:.3f} ({moved})"))

@@ -3,6 +3,15 @@
 Every recommendation is recorded; the result may rise only to the *lowest* recommendation of the
 up window (`stabilizationSeconds.up`) and fall only to the *highest* of the down window. A hold
 records nothing and keeps the count; idle and yielding precompute pools skip the windows.
+
+**Release** (`release`, from the SLO loop): the down window keeps the peak of the last 15 minutes
+against a burst that returns, but a p99 below the loop's band for a whole window on a quiet pool
+says the pool has room now. Then the window may keep only `release` x its peak (the loop's
+integral move on that p99: a p99 far below the band gives back more), never less than the peak
+of the ramp lead's window (`rampLead.windowSeconds`: demand that returns within it is what the
+ramp lead reads, and capacity given back takes a pod start to return) nor the recommendation. The
+window's older recommendations are cut to what it keeps, so the next sync does not restore them;
+the next release waits until the p99 has seen the smaller pool for a whole window.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from dataclasses import dataclass
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import Reason
+from gem_operator.autoscaling.signals import ceil_
 from gem_operator.autoscaling.steps.observe import Observed
 from gem_operator.autoscaling.steps.recommend import Recommendation
 
@@ -20,10 +30,16 @@ class Stabilised:
     replicas: int
     recommendations: tuple[tuple[float, int], ...]  # the history to carry
     reasons: tuple[Reason, ...] = ()
+    released: bool = False  # the down window gave capacity back on the p99's word
 
 
-def stabilise(spec: AutoscalingSpec, seen: Observed, rec: Recommendation, now: float) -> Stabilised:
-    """The count the stabilisation windows allow for `rec`, and the history with it recorded."""
+def stabilise(
+    spec: AutoscalingSpec, seen: Observed, rec: Recommendation, now: float, release: float | None = None
+) -> Stabilised:
+    """The count the stabilisation windows allow for `rec`, and the history with it recorded.
+
+    `release`: the share of the down window's peak the p99 allows it to keep (None: all of it).
+    """
     if rec.replicas is None:
         return Stabilised(seen.current, seen.recommendations)
     if rec.at_once:
@@ -32,7 +48,15 @@ def stabilise(spec: AutoscalingSpec, seen: Observed, rec: Recommendation, now: f
     recs = (*seen.recommendations, (now, want if rec.steady is None else rec.steady))
     up_rec = min([n for t, n in recs if t > now - spec.stabilization_seconds.up] + [want])
     down_rec = max([n for t, n in recs if t > now - spec.stabilization_seconds.down] + [want])
+    released = False
+    if release is not None and down_rec > want:
+        recent = max(n for t, n in recs if t > now - spec.ramp_lead.window_seconds)
+        kept = max(recent, ceil_(down_rec * release))
+        if kept < down_rec:
+            down_rec = kept
+            recs = tuple((t, min(n, kept)) for t, n in recs)
+            released = True
     out = min(max(seen.current, up_rec), down_rec)
     if out == want:
-        return Stabilised(out, recs)
-    return Stabilised(out, recs, (Reason("stabilisation", "Stabilised", f"stabilised to {out}"),))
+        return Stabilised(out, recs, released=released)
+    return Stabilised(out, recs, (Reason("stabilisation", "Stabilised", f"stabilised to {out}"),), released)
