@@ -147,6 +147,14 @@ def test_csv_trace_parsing_and_cost_column(tmp_path: Path) -> None:
     assert s.seconds == 2 and s.cost.tolist() == [5.0, 15.0] and s.requests.tolist() == [10.0, 10.0]
 
 
+def test_duplicate_smoothing_has_no_dip_at_the_edges() -> None:
+    """A steady trace stays steady to its first and last second (a zero-padded mean halved them)."""
+    times = [float(t) for t in range(60) for _ in range(3)]
+    a = Arrivals(times, [1.0] * len(times), [1.0] * len(times), "steady")
+    s = to_series(a, scale=10, mode="duplicate")
+    assert s.cost.tolist() == pytest.approx([30.0] * 60) and s.requests.tolist() == pytest.approx([30.0] * 60)
+
+
 def test_numeric_timestamps_and_sniffing(tmp_path: Path) -> None:
     p = tmp_path / "trace.txt"
     p.write_text("TIMESTAMP\n0\n0.5\n3\n")

@@ -195,14 +195,6 @@ def load_trace(path: str | Path, cost_column: str | None = None) -> Arrivals:
     return _load_csv(p, cost_column)
 
 
-def _moving_average(x: np.ndarray[Any, np.dtype[np.float64]], width: int) -> np.ndarray[Any, np.dtype[np.float64]]:
-    if width <= 1 or len(x) == 0:
-        return x
-    kernel = np.ones(width) / width
-    out: np.ndarray[Any, np.dtype[np.float64]] = np.convolve(x, kernel, mode="same")
-    return out
-
-
 ScaleMode = Literal["independent", "duplicate"]
 SCALE_MODES: tuple[ScaleMode, ...] = ("independent", "duplicate")
 TREND_SECONDS = 300.0
@@ -275,7 +267,8 @@ def to_series(
     name = Path(arrivals.path).name
     if mode == "duplicate":
         width = max(1, round(smooth_seconds))
-        return LoadSeries(_moving_average(cost * scale, width), _moving_average(reqs * scale, width), name=name)
+        # Edge-aware: a zero-padded mean halves the first and last seconds, a dip no trace has.
+        return LoadSeries(centred_mean(cost * scale, width), centred_mean(reqs * scale, width), name=name)
     if trend is not None:
         if len(trend) != n:
             raise TraceError(f"{arrivals.path}: trend has {len(trend)} seconds, the trace {n}")
