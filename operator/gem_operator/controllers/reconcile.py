@@ -8,10 +8,11 @@ no API writes, and an operator restarted mid-pass converges on the children it a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -151,6 +152,39 @@ def _was_invalid_with(status: Mapping[str, Any] | None, message: str) -> bool:
     return False
 
 
+class PassesInFlight:
+    """The passes running now, operator-wide, so that shutdown closes the API client after them.
+
+    kopf runs the cleanup handlers while a pass may still be mid-way (a 512-pod gang takes
+    seconds); closing the client under it fails the pass with "the client has been closed" and a
+    traceback. The startup handler puts one in the operator's memo, which every object's memo shares.
+    """
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        self._running += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+
+    @property
+    def idle(self) -> bool:
+        return self._idle.is_set()
+
+    async def drained(self) -> None:
+        """Returns once no pass runs (bound it with ``asyncio.timeout``)."""
+        await self._idle.wait()
+
+
 async def reconcile(
     info: KindInfo,
     kind_pass: KindPass,
@@ -169,7 +203,8 @@ async def reconcile(
     lock = memo.get("pass_lock")
     if lock is None:
         lock = memo["pass_lock"] = asyncio.Lock()
-    async with lock:
+    in_flight = memo.get("passes")
+    async with lock, in_flight.running() if in_flight is not None else contextlib.nullcontext():
         await _reconcile(info, kind_pass, body=body, patch=patch, memo=memo, logger=logger)
 
 
