@@ -19,7 +19,7 @@ from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.controllers import training
 from gem_operator.controllers.reconcile import Outcome, PassContext
 from gem_operator.controllers.status import StatusDraft
-from gem_operator.kube import ApplyResult
+from gem_operator.kube import Applied, ApplyResult
 from gem_operator.kube.client import UNKNOWN
 from gem_operator.render import training as render
 
@@ -32,6 +32,7 @@ class MemoryApi:
     def __init__(self, objects: list[dict[str, Any]], unserved: tuple[str, ...] = ()) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.unserved = unserved
+        self.calls: list[str] = []  # "list Pod", "apply Pod", ... in order
         for obj in objects:
             self._put(obj)
 
@@ -45,6 +46,7 @@ class MemoryApi:
     async def list(
         self, api_version: str, kind: str, namespace: str | None, labels: Mapping[str, str] | None = None
     ) -> list[dict[str, Any]]:
+        self.calls.append(f"list {kind}")
         return [
             obj
             for (k, ns, _), obj in self.objects.items()
@@ -61,11 +63,13 @@ class MemoryApi:
 
     async def apply(
         self, manifest: Mapping[str, Any], *, immutable_spec: bool = False, actual: Any = UNKNOWN
-    ) -> ApplyResult:
+    ) -> Applied:
+        self.calls.append(f"apply {manifest['kind']}")
         meta = manifest["metadata"]
-        existed = (manifest["kind"], meta.get("namespace", ""), meta["name"]) in self.objects
+        key = (manifest["kind"], meta.get("namespace", ""), meta["name"])
+        existed = key in self.objects
         self._put(manifest)
-        return ApplyResult.UNCHANGED if existed else ApplyResult.CREATED
+        return Applied(ApplyResult.UNCHANGED if existed else ApplyResult.CREATED, self.objects[key])
 
     async def patch_merge(
         self, api_version: str, kind: str, name: str, namespace: str, patch: Mapping[str, Any], *, status: bool = False
@@ -156,3 +160,31 @@ async def test_an_unplaceable_gang_renders_only_its_service(renders: list[GEMTra
     assert renders == []
     assert outcome.draft.fields["phase"] == "Pending"
     assert kinds(api) == ["Service/job-rdzv"]
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == render.GANG_GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
+async def test_a_new_gang_is_created_and_ungated_on_one_list_of_its_pods() -> None:
+    api = MemoryApi([node("n1"), node("n2")])
+    await one_pass(api, body())
+    pods = [api.objects[("Pod", "ml", f"job-worker-{rank}")] for rank in (0, 1)]
+    assert not any(gated(p) for p in pods)
+    # The gang's own pods once, and every pod once for the GPUs others use; ungating reads the pods
+    # the apply created, not another list of a gang that may be thousands of pods.
+    assert api.calls.count("list Pod") == 2
+    assert "list Pod" not in api.calls[api.calls.index("apply Pod") :]
+
+
+async def test_a_pod_the_gang_no_longer_has_is_pruned_from_the_first_list() -> None:
+    api = MemoryApi([node("n1"), node("n2")])
+    await one_pass(api, body())
+    stale = copy.deepcopy(api.objects[("Pod", "ml", "job-worker-1")])
+    stale["metadata"]["name"] = "job-worker-7"
+    api._put(stale)
+    api.calls.clear()
+    await one_pass(api, body())
+    assert ("Pod", "ml", "job-worker-7") not in api.objects
+    assert ("Pod", "ml", "job-worker-1") in api.objects
+    assert "list Pod" not in api.calls[api.calls.index("apply Pod") :]

@@ -8,10 +8,11 @@ no API writes, and an operator restarted mid-pass converges on the children it a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +23,7 @@ from gem_operator.api.kinds import KindInfo
 from gem_operator.api.validation import InvalidSpec, parse_spec
 from gem_operator.controllers import metrics
 from gem_operator.controllers.status import StatusDraft, invalid, status_changes
-from gem_operator.kube import ApplyResult, KubeApi, KubeCallError
+from gem_operator.kube import Applied, ApplyResult, KubeApi, KubeCallError, is_subset
 from gem_operator.kube.client import UNKNOWN
 from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND
 
@@ -73,8 +74,10 @@ async def apply_children(
     manifests: Sequence[Mapping[str, Any]],
     outcome: Outcome,
     observed: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
-) -> dict[str, ApplyResult]:
+) -> dict[str, Applied]:
     """Apply each child (up to APPLY_CONCURRENCY at once); report creations/changes in one Event.
+
+    Returns what was done to each child ("Kind/name") and the child as the server now holds it.
 
     ``observed`` maps a kind the caller has just listed to its objects by name: a child of that
     kind missing from it is known to be absent (even when the list was empty, as for a new gang),
@@ -82,16 +85,16 @@ async def apply_children(
     """
     semaphore = asyncio.Semaphore(APPLY_CONCURRENCY)
 
-    async def one(manifest: Mapping[str, Any]) -> tuple[str, ApplyResult]:
+    async def one(manifest: Mapping[str, Any]) -> tuple[str, Applied]:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         actual: Any = UNKNOWN
         if observed is not None and kind in observed:
             actual = observed[kind].get(name)
         async with semaphore:
-            result = await ctx.kube.apply(manifest, immutable_spec=kind == "Pod", actual=actual)
-        if result is not ApplyResult.UNCHANGED:
-            metrics.CHILDREN.labels(info.kind, kind, result.value).inc()
-        return f"{kind}/{name}", result
+            applied = await ctx.kube.apply(manifest, immutable_spec=kind == "Pod", actual=actual)
+        if applied.result is not ApplyResult.UNCHANGED:
+            metrics.CHILDREN.labels(info.kind, kind, applied.result.value).inc()
+        return f"{kind}/{name}", applied
 
     # Every child is tried even when one fails (no task outlives the pass); the first error is raised.
     settled = await asyncio.gather(*(one(m) for m in manifests), return_exceptions=True)
@@ -101,9 +104,9 @@ async def apply_children(
         outcome.progress.append(f"{len(results)}/{len(settled)} children applied")
         raise errors[0]
     changed: dict[str, list[str]] = {}
-    for key, result in results.items():
-        if result is not ApplyResult.UNCHANGED:
-            changed.setdefault(result.value, []).append(key)
+    for key, applied in results.items():
+        if applied.result is not ApplyResult.UNCHANGED:
+            changed.setdefault(applied.result.value, []).append(key)
     for action, keys in changed.items():
         shown = ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
         outcome.events.append(("Normal", f"Children{action.capitalize()}", f"{action} {shown}"))
@@ -118,11 +121,21 @@ async def prune_children(
     keep: set[str],
     outcome: Outcome,
     extra_labels: Mapping[str, str] | None = None,
+    listed: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[str]:
-    """Delete our children of one kind that the desired state no longer has."""
+    """Delete our children of one kind that the desired state no longer has.
+
+    ``listed``: the children of that kind as the caller listed them this pass (a superset of the
+    labels' selection is fine). It saves listing a large gang again right after applying it; a
+    child made since that list is one the desired state has, or is pruned by the next pass.
+    """
     labels = {LABEL_KIND: info.kind.lower(), LABEL_INSTANCE: ctx.name, **(extra_labels or {})}
+    if listed is None:
+        listed = await ctx.kube.list(api_version, kind, ctx.namespace, labels)
     deleted = []
-    for obj in await ctx.kube.list(api_version, kind, ctx.namespace, labels):
+    for obj in listed:
+        if not is_subset(labels, obj["metadata"].get("labels") or {}):
+            continue
         name = obj["metadata"]["name"]
         if name not in keep and await ctx.kube.delete(api_version, kind, name, ctx.namespace):
             deleted.append(name)
@@ -137,6 +150,39 @@ def _was_invalid_with(status: Mapping[str, Any] | None, message: str) -> bool:
         if cond.get("type") == "Ready" and cond.get("reason") == "InvalidSpec":
             return bool(cond.get("message") == message)
     return False
+
+
+class PassesInFlight:
+    """The passes running now, operator-wide, so that shutdown closes the API client after them.
+
+    kopf runs the cleanup handlers while a pass may still be mid-way (a 512-pod gang takes
+    seconds); closing the client under it fails the pass with "the client has been closed" and a
+    traceback. The startup handler puts one in the operator's memo, which every object's memo shares.
+    """
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        self._running += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+
+    @property
+    def idle(self) -> bool:
+        return self._idle.is_set()
+
+    async def drained(self) -> None:
+        """Returns once no pass runs (bound it with ``asyncio.timeout``)."""
+        await self._idle.wait()
 
 
 async def reconcile(
@@ -157,7 +203,8 @@ async def reconcile(
     lock = memo.get("pass_lock")
     if lock is None:
         lock = memo["pass_lock"] = asyncio.Lock()
-    async with lock:
+    in_flight = memo.get("passes")
+    async with lock, in_flight.running() if in_flight is not None else contextlib.nullcontext():
         await _reconcile(info, kind_pass, body=body, patch=patch, memo=memo, logger=logger)
 
 

@@ -6,6 +6,8 @@ schemas that would prune kopf's own status fields.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -13,6 +15,7 @@ from typing import Any
 
 import kopf
 
+from gem_operator.controllers.reconcile import PassesInFlight
 from gem_operator.kube import KubeApi, auth
 
 RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
@@ -52,6 +55,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: An
     # finalizer only after that pass ends and, by default, looks again only every 60 s.
     settings.background.cancellation_polling = 2
     memo.kube = KubeApi.from_kubeconfig()
+    memo.passes = PassesInFlight()
     if METRICS_PORT:
         from gem_operator.controllers.metrics import serve_metrics
 
@@ -59,8 +63,19 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: An
             logger.info("serving operator metrics on :%d/metrics", METRICS_PORT)
 
 
+# Seconds shutdown waits for the passes in flight before closing the API client under them.
+DRAIN_SECONDS = 20.0
+
+
 @kopf.on.cleanup()
-async def close(memo: kopf.Memo, **_: Any) -> None:
+async def close(memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    passes = memo.get("passes")
+    if passes is not None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DRAIN_SECONDS):
+                await passes.drained()
+        if not passes.idle:
+            logger.warning("closing the API client with passes still running after %.0f s", DRAIN_SECONDS)
     kube = memo.get("kube")
     if kube is not None:
         await kube.close()

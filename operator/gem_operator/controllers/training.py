@@ -180,7 +180,7 @@ class TrainingPass:
             return
         fields["restartAfter"] = None
 
-        node_names = await self.place(nodes)
+        node_names = await self.place(nodes, pods)
         if node_names is None:
             return
         placement = fields.get("placement") or {}
@@ -207,10 +207,13 @@ class TrainingPass:
             await self.delete_pods()
             return
         observed = {"Pod": {p["metadata"]["name"]: p for p in pods}}
-        await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
+        applied = await apply_children(self.ctx, INFO, children.all(), self.outcome, observed)
         keep = {p["metadata"]["name"] for p in children.pods}
-        await prune_children(self.ctx, INFO, "v1", "Pod", keep, self.outcome, {LABEL_ROLE: ROLE_WORKER})
-        pods = [p for p in await self.pods() if p["metadata"]["name"] in keep]
+        await prune_children(self.ctx, INFO, "v1", "Pod", keep, self.outcome, {LABEL_ROLE: ROLE_WORKER}, pods)
+        # The gang as the server holds it after the apply (a pod replaced this pass is absent): no
+        # second list of a gang that may be thousands of pods between creating and ungating it.
+        now = (applied[f"Pod/{p['metadata']['name']}"].object for p in children.pods)
+        pods = [p for p in now if p is not None]
         await self.ungate_when_whole(pods)
         if self.status.get("phase") == "Restarting":
             self.event("Normal", "Restarted", f"gang re-created; resuming from {checkpoint or 'the start'}")
@@ -289,8 +292,11 @@ class TrainingPass:
             group.update(gang.replica_group_ranks(spec, rank))
         return group if len(group) < spec.num_nodes else None
 
-    async def place(self, nodes: dict[str, dict[str, Any]]) -> list[str | None] | None:
-        """The hosts by node rank: the stored plan when still valid, else a new plan (or None)."""
+    async def place(self, nodes: dict[str, dict[str, Any]], pods: list[dict[str, Any]]) -> list[str | None] | None:
+        """The hosts by node rank: the stored plan when still valid, else a new plan (or None).
+
+        ``pods`` are the gang's own, as this pass listed them: a new plan counts every other pod's GPUs.
+        """
         spec, fields = self.spec, self.fields
         key = gang.plan_key(spec)
         placement = fields.get("placement") or {}
@@ -305,7 +311,7 @@ class TrainingPass:
             )
             return list(current)
         all_pods = await self.ctx.kube.list("v1", "Pod", None)
-        mine = {p["metadata"]["name"] for p in await self.pods()}
+        mine = {p["metadata"]["name"] for p in pods}
         others = [
             p
             for p in all_pods

@@ -1,7 +1,7 @@
 """The one seam to the Kubernetes API outside kopf itself (create/get/list/patch/delete)."""
 
-from gem_operator.kube.client import ApplyResult, KubeApi
+from gem_operator.kube.client import Applied, ApplyResult, KubeApi
 from gem_operator.kube.diff import is_subset
 from gem_operator.kube.retry import KubeCallError, RetryPolicy
 
-__all__ = ["ApplyResult", "KubeApi", "KubeCallError", "RetryPolicy", "is_subset"]
+__all__ = ["Applied", "ApplyResult", "KubeApi", "KubeCallError", "RetryPolicy", "is_subset"]

@@ -12,7 +12,7 @@ import enum
 import functools
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
 from lightkube import ALL_NS, AsyncClient, codecs
@@ -60,6 +60,17 @@ class ApplyResult(enum.StrEnum):
     UNCHANGED = "unchanged"
     # Deleted because its immutable spec changed; created again on the next reconcile.
     REPLACED = "replaced"
+
+
+class Applied(NamedTuple):
+    """What `KubeApi.apply` did, and the object as the server now holds it (None once deleted).
+
+    Callers that go on with the children (a gang to ungate) read them from here instead of
+    listing them again right after writing them.
+    """
+
+    result: ApplyResult
+    object: dict[str, Any] | None
 
 
 @functools.cache
@@ -210,7 +221,7 @@ class KubeApi:
 
     async def apply(
         self, manifest: Mapping[str, Any], *, immutable_spec: bool = False, actual: Any = UNKNOWN
-    ) -> ApplyResult:
+    ) -> Applied:
         """Create the child, or merge-patch the fields that drifted.
 
         ``actual`` is the object as the caller just listed it (None: absent), saving a GET per child.
@@ -225,25 +236,23 @@ class KubeApi:
             actual = await self.get(api_version, kind, name, namespace)
         if actual is None:
             try:
-                await self.create(manifest)
-                return ApplyResult.CREATED
+                return Applied(ApplyResult.CREATED, await self.create(manifest))
             except ApiError as exc:
                 if exc.status.code != 409:
                     raise
                 # An earlier run of this operator created it meanwhile (or it is terminating).
                 actual = await self.get(api_version, kind, name, namespace)
                 if actual is None:
-                    return ApplyResult.REPLACED
+                    return Applied(ApplyResult.REPLACED, None)
         if immutable_spec:
             want = (meta.get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
             have = ((actual.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
             if want == have:
-                return ApplyResult.UNCHANGED
+                return Applied(ApplyResult.UNCHANGED, actual)
             log.info("deleting %s %s/%s to recreate it: its spec changed", kind, namespace, name)
             await self.delete(api_version, kind, name, namespace)
-            return ApplyResult.REPLACED
+            return Applied(ApplyResult.REPLACED, None)
         desired = _comparable(manifest)
         if is_subset(desired, actual):
-            return ApplyResult.UNCHANGED
-        await self.patch_merge(api_version, kind, name, namespace, desired)
-        return ApplyResult.PATCHED
+            return Applied(ApplyResult.UNCHANGED, actual)
+        return Applied(ApplyResult.PATCHED, await self.patch_merge(api_version, kind, name, namespace, desired))

@@ -148,7 +148,10 @@ class FaultProxy:
                     break  # upstream went away mid-stream
                 if not chunk:
                     break
-                await response.write(chunk)
+                try:
+                    await response.write(chunk)
+                except ConnectionError:
+                    break  # the client went away (an operator shutting down ends its watches)
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await response.write_eof()
             return response
