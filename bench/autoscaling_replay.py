@@ -38,7 +38,10 @@ Warm-up (the first 3 minutes, before a first decision can serve) is reported apa
 never lowered here: an SLO-minute miss is marked OUT OF REACH instead of FAIL only when the
 reactive oracle below misses it too at every headroom within the GPU-hour target (x1.00-x2.00 by
 0.05, then to x4) and neither RPS baseline meets both; the line says what the oracle reaches and
-what meeting it would cost. Any other miss is a FAIL, and the exit status is 1 on a FAIL. Each
+what meeting it would cost, and, where it does, that the oracle keeping peaks for only 60-300 s
+meets the target within the GPU-hours at the one headroom that suits the trace (chosen with
+hindsight, so no bound on a policy that must serve every trace with one setting; shown, not
+judged). Any other miss is a FAIL, and the exit status is 1 on a FAIL. Each
 case prints its effective SM target's path (every 5 minutes of an hour, every hour of a day);
 a summary table ends the run.
 
@@ -209,11 +212,14 @@ GPU_SLACK = 1.05  # the policy may spend this x RPS's GPU-hours where RPS has as
 
 @dataclass(frozen=True)
 class Reach:
-    """Whether any reactive policy can meet the SLO-minute target within the GPU-hour target.
+    """Whether the reactive oracle can meet the SLO-minute target within the GPU-hour target.
 
-    From a fine sweep of the reactive oracle's headroom (`REACH_HEADROOMS`): `best_pct` is the
-    fewest violation minutes (in %) the oracle reaches at <= 0.75 of static GPU-hours, at headroom
-    `best_headroom`; `reachable` says whether that meets the target.
+    From a fine sweep of the reactive oracle's headroom (`REACH_HEADROOMS`), keeping each peak for
+    the scale-down window as the policy does: `best_pct` is the fewest violation minutes (in %) it
+    reaches at <= 0.75 of static GPU-hours, at headroom `best_headroom`; `reachable` says whether
+    that meets the target. `short_*`: the same sweep keeping peaks for only `REACH_WINDOWS`, shown
+    beside the verdict, not in it: it says what a policy that gives capacity back sooner could
+    reach with the one headroom that suits this trace, chosen with hindsight.
     """
 
     reachable: bool
@@ -222,10 +228,17 @@ class Reach:
     floor_pct: float  # the oracle at headroom x1: what no signal could remove
     least_headroom: float | None  # the least headroom meeting the SLO target at any GPU cost
     least_gpu_vs_static: float | None  # what that headroom costs against static peak
+    short_pct: float = math.inf  # fewest violation minutes (%) within the GPU target keeping peaks briefly
+    short_headroom: float = math.nan
+    short_window: int = 0  # seconds it keeps a peak there
+    short_gpu_vs_static: float = math.nan
 
 
 # The oracle's headroom, finely where the GPU-hour target is decided: x1.00..x2.00 by 0.05, then coarser.
 REACH_HEADROOMS = (*(round(1 + 0.05 * i, 2) for i in range(21)), 2.25, 2.5, 3.0, 3.5, 4.0)
+# Shorter times for the oracle to keep a peak (reported beside the verdict): one sync short of a
+# pod start, a pod start, and HPA's default scale-down window.
+REACH_WINDOWS = (60, 120, 300)
 GPU_TARGET = 0.75
 
 
@@ -233,20 +246,37 @@ def reach(
     load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, static_gpu_hours: float, warmup: int, limit: float
 ) -> Reach:
     best: tuple[float, float] | None = None  # (pct, headroom) within the GPU target
+    short: tuple[float, float, int, float] | None = None  # (pct, headroom, window, gpu ratio), shorter windows
     least: tuple[float, float] | None = None  # (headroom, gpu ratio) meeting the SLO target
     floor = 100.0
-    for h in REACH_HEADROOMS:
-        r = reactive_oracle(load, spec, model, h, warmup)
-        ratio = r.gpu_hours / static_gpu_hours
-        if h == 1.0:
-            floor = r.violation_pct
-        if ratio <= GPU_TARGET and (best is None or r.violation_pct < best[0]):
-            best = (r.violation_pct, h)
-        if least is None and r.violation_pct <= limit:
-            least = (h, ratio)
+    down = spec.autoscaling.stabilization_seconds.down
+    for window in (down, *(w for w in REACH_WINDOWS if w < down)):
+        for h in REACH_HEADROOMS:
+            r = reactive_oracle(load, spec, model, h, warmup, window)
+            ratio = r.gpu_hours / static_gpu_hours
+            if window != down:
+                if ratio <= GPU_TARGET and (short is None or r.violation_pct < short[0]):
+                    short = (r.violation_pct, h, window, ratio)
+                continue
+            if h == 1.0:
+                floor = r.violation_pct
+            if ratio <= GPU_TARGET and (best is None or r.violation_pct < best[0]):
+                best = (r.violation_pct, h)
+            if least is None and r.violation_pct <= limit:
+                least = (h, ratio)
     pct, headroom = best if best is not None else (math.inf, math.nan)
+    s_pct, s_headroom, s_window, s_ratio = short if short is not None else (math.inf, math.nan, 0, math.nan)
     return Reach(
-        pct <= limit, pct, headroom, floor, None if least is None else least[0], None if least is None else least[1]
+        pct <= limit,
+        pct,
+        headroom,
+        floor,
+        None if least is None else least[0],
+        None if least is None else least[1],
+        s_pct,
+        s_headroom,
+        s_window,
+        s_ratio,
     )
 
 
@@ -305,9 +335,16 @@ def verdicts(
             f"(x{reachable.best_headroom:g})"
         )
         slo_text += (
-            f"; OUT OF REACH for a reactive policy: the reactive oracle's floor at x1 is {reachable.floor_pct:.2f}%, "
+            "; OUT OF REACH for a reactive policy keeping the down window's peaks: the reactive oracle's floor at "
+            f"x1 is {reachable.floor_pct:.2f}%, "
             f"{best}, {least}; the RPS baselines miss it too"
         )
+        if reachable.short_pct <= limit:
+            slo_text += (
+                f" (keeping peaks {reachable.short_window} s instead of the down window, the oracle at the one "
+                f"headroom that suits this trace, x{reachable.short_headroom:g}, has {reachable.short_pct:.2f}% at "
+                f"{reachable.short_gpu_vs_static:.3f} of static GPU-h)"
+            )
     return [
         (
             "GPU-hours vs static peak",
@@ -352,17 +389,24 @@ def gpu_at_as_few(pol: PoolResult, rps: PoolResult, rps_few: RpsAsFew | None) ->
 
 
 def reactive_oracle(
-    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, headroom: float, warmup: int
+    load: LoadSeries,
+    spec: RankingServiceSpec,
+    model: ServiceModel,
+    headroom: float,
+    warmup: int,
+    window_s: int | None = None,
 ) -> PoolResult:
     """A bound for *any* reactive policy: exact knowledge of the load, only pod start-up to wait for.
 
     Every 15 s it orders `ceil(headroom * L / per-replica load at the target utilisation)` replicas
     at once (no tolerance, no rate limits, no maxReplicas), where L is the highest per-second load
-    of the last scale-down window (`stabilizationSeconds.down`): it sees every burst the moment it
-    starts, which no metric can. Its replicas still take the model's start-up time to serve.
+    of the last `window_s` seconds (default the scale-down window, `stabilizationSeconds.down`): it
+    sees every burst the moment it starts, which no metric can. Its replicas still take the model's
+    start-up time to serve.
     """
     cost = load.cost.tolist()
-    window_s = spec.autoscaling.stabilization_seconds.down
+    if window_s is None:
+        window_s = spec.autoscaling.stabilization_seconds.down
     per_replica = model.utilisation_for_sm(spec.autoscaling.target_sm_active) * model.throughput_per_replica
 
     def decide(now: float, pool: Pool, win: Window) -> int:
@@ -614,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "\nverdict: "
             + (
-                "every target met, or out of reach for any reactive policy (shown with the oracle above)"
+                "every target met, or out of reach for a reactive policy keeping the down window's peaks "
+                "(shown with the oracle above)"
                 if all_pass
                 else "FAIL: a target that a reactive policy can reach is missed"
             )

@@ -6,6 +6,10 @@ Three families, each drawn with a seed (the shared trace is one real draw):
   request weighted by its ContextTokens (normalised to mean 1), scaled so that static peak
   provisioning of the duplicate series needs >= 20 replicas (the same X in both modes).
 - `conversation`: 1 h of smooth conversation-like traffic (`conversation`).
+- `azure-conversation`: data/traces/azure-llm-2023-conv.csv (the same service's conversation
+  trace, the same hour: real, smooth arrivals), each request one unit of cost (or weighted by its
+  ContextTokens: `azure_conversation(tokens=True)`), x288. One draw: the family the generated
+  conversation hours stand for, and a check that they are no easier than it.
 - the diurnal swing with a flash crowd: `diurnal` (24 h, optionally a 3x crowd for 2 minutes at
   11:00) and its one-hour form `poisson_hour` (rate 0.4x-1.6x, 3x crowd at minute 40).
 
@@ -29,6 +33,8 @@ from gem_operator.replay.traces import ScaleMode
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACE = ROOT / "data" / "traces" / "azure-llm-2023-code.csv"
+CONVERSATION_TRACE = ROOT / "data" / "traces" / "azure-llm-2023-conv.csv"
+CONVERSATION_TRACE_SCALE = 288.0  # static peak provisioning then needs 20 replicas (independent mode)
 MIN_STATIC_REPLICAS = 20
 USERS_SCALE = 100.0  # synthetic traces are drawn for 1/100 of the users and scaled x100
 
@@ -134,3 +140,10 @@ def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> Scenario:
     per_replica = model.utilisation_for_sm(spec.autoscaling.target_sm_active) * model.throughput_per_replica
     scale = math.ceil(MIN_STATIC_REPLICAS * per_replica / float(unit.cost.max()))
     return Scenario("shared-trace", arrivals, None, float(scale), False, (8, 30), "shared-trace", 1.0)
+
+
+def azure_conversation(tokens: bool = False) -> Scenario:
+    """The real conversation hour, x288; each request one unit of cost, or its ContextTokens (mean 1)."""
+    arrivals = load_trace(CONVERSATION_TRACE, cost_column="ContextTokens" if tokens else None)
+    name = "azure-conversation" + (" (tokens)" if tokens else "")
+    return Scenario(name, arrivals, None, CONVERSATION_TRACE_SCALE, False, None, "azure-conversation", 3.0)

@@ -53,6 +53,28 @@ def test_a_reversing_scale_down_waits_for_the_budget(
         assert out.limits[-1].reason == "DirectionChangeBudget" and out.limits[-1].wanted == wanted
 
 
+@pytest.mark.parametrize(
+    ("current", "last", "wanted", "held"),
+    [
+        pytest.param(20, 1, 19, True, id="one-of-twenty-after-a-scale-up-held"),
+        pytest.param(20, 1, 18, False, id="two-of-twenty-passes"),
+        pytest.param(20, -1, 19, False, id="one-more-step-down-is-no-reversal"),
+        pytest.param(4, 1, 3, False, id="one-of-four-is-a-quarter"),
+        pytest.param(12, 1, 11, True, id="one-of-twelve-is-under-the-tolerance"),
+    ],
+)
+def test_a_reversal_must_give_back_enough_to_be_worth_a_change(
+    current: int, last: int, wanted: int, held: bool
+) -> None:
+    s = spec()  # tolerance.down 0.1: at least min(2, 0.1 x current) replicas
+    state = ScalerState(last_direction=last)  # an empty budget: only the size can hold it
+    seen = observe(s, state, pool(current, 0.5, T0), T0)
+    out = hold_reversal(s, state, seen, Limited(wanted), T0, confirmed=True)
+    assert out.replicas == (current if held else wanted)
+    if held:
+        assert out.limits[-1].reason == "DirectionChangeBudget" and "fewer than" in out.limits[-1].message
+
+
 def test_remember_direction_counts_changes_only() -> None:
     state = ScalerState(last_direction=1, reversals=(T0 - 4000, T0 - 100))
     up = remember_direction(state, 3, 5, T0)

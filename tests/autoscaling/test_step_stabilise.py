@@ -24,7 +24,7 @@ def rec(replicas: int | None, *, steady: int | None = None, at_once: bool = Fals
 
 # (windows up/down, current, history as (age s, replicas), recommendation, want count, want recorded, want reason text)
 CASES: list[Any] = [
-    pytest.param((0, 300), 5, (), rec(5), 5, 5, None, id="steady-state"),
+    pytest.param((0, 300), 5, ((15, 5),), rec(5), 5, 5, None, id="steady-state"),
     pytest.param((0, 300), 6, (), rec(None), 6, None, None, id="hold-records-nothing"),
     pytest.param((0, 300), 6, ((100, 8),), rec(0, at_once=True), 0, None, None, id="idle-or-yield-skips-windows"),
     pytest.param((0, 300), 6, ((100, 8),), rec(5), 6, 5, "stabilised to 6", id="down-window-holds-the-current"),
@@ -33,7 +33,11 @@ CASES: list[Any] = [
     pytest.param((60, 300), 4, ((30, 4),), rec(8), 4, 8, "stabilised to 4", id="up-window-holds"),
     pytest.param((60, 300), 4, ((30, 6),), rec(8), 6, 8, "stabilised to 6", id="rises-to-lowest-of-up-window"),
     pytest.param((0, 300), 4, ((30, 2),), rec(8), 8, 8, None, id="no-up-window-rises-at-once"),
-    pytest.param((0, 300), 6, (), rec(6, steady=3), 6, 3, None, id="records-what-arrivals-need"),
+    pytest.param((0, 300), 6, ((10, 6),), rec(6, steady=3), 6, 3, None, id="records-what-arrivals-need"),
+    # A new pool (no history) records its current count first, as HPA seeds its scale-down window.
+    pytest.param((0, 300), 8, (), rec(4), 8, 4, "stabilised to 8", id="new-pool-keeps-its-count-for-a-window"),
+    pytest.param((0, 300), 4, (), rec(8), 8, 8, None, id="new-pool-scales-up-at-once"),
+    pytest.param((0, 0), 8, (), rec(4), 4, 4, None, id="new-pool-without-down-window"),
 ]
 
 
@@ -54,6 +58,7 @@ def test_stabilise(
     if recorded is None:
         assert out.recommendations == before.recommendations
     else:
-        assert out.recommendations == (*before.recommendations, (NOW, recorded))
+        seed = () if history else ((NOW, current),)
+        assert out.recommendations == (*before.recommendations, *seed, (NOW, recorded))
     assert [r.text for r in out.reasons] == ([text] if text else [])
     assert all(r.step == "stabilisation" for r in out.reasons)

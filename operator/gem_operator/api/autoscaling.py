@@ -58,9 +58,10 @@ class Stabilization(ApiModel):
         ge=0,
         le=3600,
         description=(
-            "Seconds; the highest recommendation wins. HPA's 300 s suits pods that start in seconds; "
-            "for bursty traffic on replicas that take minutes to load a model, 600-900 s keeps GPUs "
-            "through the lulls between bursts (bench/autoscaling_replay.py shows the trade)."
+            "Seconds; the highest recommendation wins, and a new pool's current count is its first (as HPA "
+            "seeds it), so it scales down only once a whole window agrees. HPA's 300 s suits pods that start "
+            "in seconds; for bursty traffic on replicas that take minutes to load a model, 600-900 s keeps "
+            "GPUs through the lulls between bursts (bench/autoscaling_replay.py shows the trade)."
         ),
     )
 
@@ -329,8 +330,10 @@ class Hysteresis(ApiModel):
     `maxDirectionChangesPerHour - 1` direction changes, so the scale-up that may follow it still
     fits the budget: no hour holds more than `maxDirectionChangesPerHour` changes. That last change
     is kept for a reversal the p99 confirms (below the SLO loop's band for a whole window on a quiet
-    pool); any other is held one change earlier. A scale-up is never held (the SLO comes first),
-    and a scale-down after a scale-down is no reversal.
+    pool); any other is held one change earlier. A reversal that would give back fewer than
+    min(2, tolerance.down x replicas) replicas is held whatever the budget: it saves little and
+    spends two changes. A scale-up is never held (the SLO comes first), and a scale-down after a
+    scale-down is no reversal.
     """
 
     enabled: bool = Field(default=True, description="Hold reversing scale-downs beyond the budget.")

@@ -67,7 +67,8 @@ Steps, in order:
    reasons `Panic` / `LatencyOverSlo`). **Direction budget** (`steps/hysteresis.py`,
    `spec.autoscaling.hysteresis`): a scale-down reversing a scale-up waits while the last hour
    holds `maxDirectionChangesPerHour - 2` (2) direction changes, or `- 1` (3) when the p99 shows
-   room below the SLO loop's band, so no hour holds more than 4 (`DirectionChangeBudget`);
+   room below the SLO loop's band, so no hour holds more than 4 (`DirectionChangeBudget`),
+   and one giving back fewer than min(2, tolerance.down x replicas) replicas always waits;
    scale-up is never held.
 7. **Bounds:** `minReplicas..maxReplicas`. A RankingService keeps its last replica (SM active
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero

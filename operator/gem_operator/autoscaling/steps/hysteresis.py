@@ -12,6 +12,18 @@ the pool has room; with it, a reversal the budget holds is one the p99 has not c
 scale-up is never held: the SLO comes before the budget, and the down windows already make a
 scale-down the cheap one to wait for. An idle or yielding precompute pool (which skips the
 windows too) is not held either: giving GPUs back is what those rules are for.
+
+**A reversal must be worth a change.** A scale-down right after a scale-up that gives back fewer
+than `min(SMALL_REVERSAL_REPLICAS, tolerance.down x replicas)` replicas is held whatever the
+budget: one replica of twenty saves little before the wave that made the scale-up returns, and
+the pair of changes it costs is what later holds the pool at a crest for the rest of the hour.
+The scale-down happens once the windows agree on a larger one (a pool already scaling down pays
+nothing more for its next step). Measured on the one-hour conversation trace weighted by context
+tokens (`data/traces/azure-llm-2023-conv.csv`, x288, the sample's 300 s window): four changes were
+spent on 15 -> 14 -> 15 and 15 -> 13 -> 14 in the first 20 minutes, and the pool was held at its
+crest of 25 for the last 30; with the rule it follows the wave down, 0.826 -> 0.675 of static
+GPU-hours. On small pools the share decides (a replica of four is a quarter), so they are held
+no more than before.
 """
 
 from __future__ import annotations
@@ -24,6 +36,9 @@ from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.steps.limits import Limited
 from gem_operator.autoscaling.steps.observe import HISTORY_SECONDS, Observed
 
+SMALL_REVERSAL_REPLICAS = 2.0
+"""A reversing scale-down gives back at least this many replicas (or tolerance.down of the pool, if fewer)."""
+
 
 def recent_reversals(state: ScalerState, now: float) -> tuple[float, ...]:
     """The direction changes of the last hour."""
@@ -33,7 +48,8 @@ def recent_reversals(state: ScalerState, now: float) -> tuple[float, ...]:
 def hold_reversal(
     spec: AutoscalingSpec, state: ScalerState, seen: Observed, wanted: Limited, now: float, *, confirmed: bool = False
 ) -> Limited:
-    """`wanted`, or the current count when it would reverse a scale-up beyond the hour's budget.
+    """`wanted`, or the current count when it would reverse a scale-up beyond the hour's budget or
+    for fewer replicas than a reversal is worth (see the module docstring).
 
     `confirmed`: the p99 has shown room below the SLO loop's band for a whole window on a quiet pool
     (`SloStep.release`), so the last change pair of the budget is open to it.
@@ -42,12 +58,21 @@ def hold_reversal(
     if not h.enabled or wanted.replicas >= seen.current or state.last_direction != 1:
         return wanted
     recent = recent_reversals(state, now)
-    if len(recent) < h.max_direction_changes_per_hour - (1 if confirmed else 2):
+    least = min(SMALL_REVERSAL_REPLICAS, spec.tolerance.down * seen.current)
+    small = seen.current - wanted.replicas < least
+    if not small and len(recent) < h.max_direction_changes_per_hour - (1 if confirmed else 2):
         return wanted
-    message = (
-        f"no scale-down to {wanted.replicas} (it would reverse the last scale-up): {len(recent)} direction "
-        f"changes in the last hour (maxDirectionChangesPerHour={h.max_direction_changes_per_hour})"
-    )
+    if small:
+        message = (
+            f"no scale-down to {wanted.replicas} (it would reverse the last scale-up for fewer than "
+            f"{least:g} replicas: min({SMALL_REVERSAL_REPLICAS:g}, tolerance.down={spec.tolerance.down:g} "
+            f"x {seen.current}))"
+        )
+    else:
+        message = (
+            f"no scale-down to {wanted.replicas} (it would reverse the last scale-up): {len(recent)} direction "
+            f"changes in the last hour (maxDirectionChangesPerHour={h.max_direction_changes_per_hour})"
+        )
     limit = Limit("hysteresis", "DirectionChangeBudget", message, wanted.replicas, seen.current)
     reason = Reason("hysteresis", "DirectionChangeBudget", f"no scale-down to {wanted.replicas}")
     return Limited(seen.current, (*wanted.limits, limit), (*wanted.reasons, reason))
@@ -85,4 +110,11 @@ def as_hpa(spec: AutoscalingSpec) -> AutoscalingSpec:
     )
 
 
-__all__ = ["as_hpa", "hold_reversal", "recent_reversals", "release_fits", "remember_direction"]
+__all__ = [
+    "SMALL_REVERSAL_REPLICAS",
+    "as_hpa",
+    "hold_reversal",
+    "recent_reversals",
+    "release_fits",
+    "remember_direction",
+]

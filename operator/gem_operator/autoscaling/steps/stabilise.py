@@ -4,6 +4,14 @@ Every recommendation is recorded; the result may rise only to the *lowest* recom
 up window (`stabilizationSeconds.up`) and fall only to the *highest* of the down window. A hold
 records nothing and keeps the count; idle and yielding precompute pools skip the windows.
 
+**A new pool** (no recommendation in the last hour) records its current count first, as HPA seeds
+its scale-down window when it first sees an autoscaler: the pool was sized by someone (the spec,
+the last operator, an earlier phase) and one sync's reading is no evidence that it is too big. It
+then scales down only once a whole down window agrees. Without it, a pool's first sync after a
+quiet start scaled it down and the next reading scaled it back up: a pod start for nothing, and a
+direction change the hour's budget then lacked (on the one-hour conversation trace replayed in
+duplicate mode the pool was then held at its crest for the last 20 minutes).
+
 **Release** (`release`, from the SLO loop): the down window keeps the peak of the last 15 minutes
 against a burst that returns, but a p99 below the loop's band for a whole window on a quiet pool
 says the pool has room now. Then the window may keep only `release` x its peak (the loop's
@@ -45,7 +53,10 @@ def stabilise(
     if rec.at_once:
         return Stabilised(rec.replicas, seen.recommendations)
     want = rec.replicas
-    recs = (*seen.recommendations, (now, want if rec.steady is None else rec.steady))
+    # No recommendation in the last hour (a new pool): the current count is the first, as HPA seeds
+    # its scale-down window, so one reading cannot shrink the pool it was sized for.
+    seed = () if seen.recommendations else ((now, seen.current),)
+    recs = (*seen.recommendations, *seed, (now, want if rec.steady is None else rec.steady))
     up_rec = min([n for t, n in recs if t > now - spec.stabilization_seconds.up] + [want])
     down_rec = max([n for t, n in recs if t > now - spec.stabilization_seconds.down] + [want])
     released = False
