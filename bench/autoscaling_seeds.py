@@ -2,6 +2,7 @@
 
 Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--family poisson-hour|conversation]
           [--fleet batching|single-server] [--shared] [--azure-conversation] [--without-ramp-lead]
+          [--service MANIFEST.yaml] [--max-replicas N]
 
 `bench/autoscaling_replay.py` judges a few draws of each trace family. Tuning to a few draws is
 easy; this runs one one-hour family (`--family`: the Poisson swing with a 3x flash crowd at minute
@@ -48,10 +49,12 @@ from autoscaling_replay import (  # bench/ on sys.path
     shared_trace,
 )
 from autoscaling_scenarios import azure_conversation
+from pydantic import ValidationError
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, simulate
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
+from gem_operator.replay.traces import TraceError, load_service
 
 FAMILIES = {"poisson-hour": lambda s: poisson_hour(11 + s), "conversation": lambda s: conversation(23 + s)}
 FLEETS = {
@@ -70,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         "--azure-conversation", action="store_true", help="also the real conversation hour (two weightings)"
     )
     ap.add_argument(
+        "--service",
+        help="a RankingService manifest to replay instead of the bench's service (e.g. the sample with its "
+        "HPA-default 300 s down window)",
+    )
+    ap.add_argument("--max-replicas", type=int, help="replace the service's maxReplicas")
+    ap.add_argument(
         "--without-ramp-lead", action="store_true", help="the policy with rampLead.enabled: false, for comparison"
     )
     args = ap.parse_args(argv)
@@ -81,9 +90,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--seeds: empty range {args.seeds!r}; B must be above A")
     model = FLEETS[args.fleet]()
     service = SERVICE
+    if args.service:
+        try:
+            service = load_service(args.service)[1].model_dump(by_alias=True, exclude_none=True)
+        except TraceError as exc:
+            ap.error(f"--service: {exc}")
+    if args.max_replicas is not None:
+        service = {**service, "autoscaling": {**service["autoscaling"], "maxReplicas": args.max_replicas}}
     if args.without_ramp_lead:
-        service = {**SERVICE, "autoscaling": {**SERVICE["autoscaling"], "rampLead": {"enabled": False}}}
-    spec = RankingServiceSpec.model_validate(service)
+        service = {**service, "autoscaling": {**service["autoscaling"], "rampLead": {"enabled": False}}}
+    try:
+        spec = RankingServiceSpec.model_validate(service)
+    except ValidationError as exc:
+        ap.error(f"--max-replicas: {exc.errors()[0]['msg']}")
     cases = [("shared", shared_trace(model, spec))] if args.shared else []
     if args.azure_conversation:
         cases += [("azure", azure_conversation()), ("azure-tok", azure_conversation(tokens=True))]

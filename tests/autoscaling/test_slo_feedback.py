@@ -533,6 +533,21 @@ def test_capacity_ordered_to_drain_a_backlog_is_not_held_for_the_down_window() -
     assert d3.desired_replicas == max(r for _, r in d3.state.recommendations) == remembered < n
 
 
+def test_a_draining_backlog_orders_no_capacity_beyond_the_arrivals() -> None:
+    """Pods saturated while they drain a shrinking backlog (a flash crowd's tail): SM active reads
+    the drain, and replicas ordered now would start after it is over."""
+    s = spec(targetSmActive=0.5)
+    # 20 pods at 0.95 with 1 s queued each (20 pod-seconds), down from 200 pod-seconds 15 s ago.
+    state = ScalerState(queue=(NOW - 15, 10.0), backlog=(NOW - 15, 200.0))
+    d = desired_replicas(s, state, queued_obs(0.95, 1.0, 20), NOW)
+    # Arrivals: 19 x (1 - 180 / (15 x 20)) = 7.6 in SM-active terms, 16 replicas at 0.5: no scale-up.
+    assert d.desired_replicas == 20 and d.reason == "CapacityPending"
+    # The same reading with the backlog growing is an overload: the queue sizes it.
+    growing = ScalerState(queue=(NOW - 15, 0.5), backlog=(NOW - 15, 10.0))
+    d2 = desired_replicas(s, growing, queued_obs(0.95, 1.0, 20), NOW)
+    assert d2.desired_replicas > 20
+
+
 def test_without_a_queue_reading_the_history_records_the_recommendation() -> None:
     s = spec(targetSmActive=0.5)
     d = desired_replicas(s, ScalerState(), obs([0.95] * 4, loading=4), NOW)

@@ -28,7 +28,9 @@ Steps, in order:
    kept, so only pods that are measurably idle are removed. A saturated reading (every Ready
    pod reporting, mean >= `SATURATED_SM_ACTIVE` = 0.9 > target) only bounds demand from below, so the
    recommendation is then at least twice the Ready pods (pods still loading count toward it,
-   so this doubles once per start-up wave, not every sync).
+   so this doubles once per start-up wave, not every sync). While a queued backlog shrinks, the
+   pods serve more than arrives and SM active reads the drain: a scale-up is then sized by the
+   arrivals alone, since replicas ordered now start after the drain is over.
    **Ramp lead** (`trend.py`, `spec.autoscaling.rampLead`, on by default): a least-squares line
    through the demand of the last 300 s of syncs (SM usage with the queue's excess); while it
    rises, the recommendation is at least what its value one *lead* ahead needs at the effective
@@ -49,7 +51,8 @@ Steps, in order:
    skipping the down-stabilisation window, and never scales up.
 4. **Stabilisation** (HPA semantics): every recommendation is recorded; the result may rise
    only to the *lowest* recommendation of the up window and fall only to the *highest* of the
-   down window. Around a backlog (queue signal) the history records what the arrivals need
+   down window, and a new pool's current count is its first entry (as HPA seeds it). Around a
+   backlog (queue signal) the history records what the arrivals need
    (`signals.Signal.steady`), not the capacity ordered to drain the backlog or already on its way,
    so a one-off flash crowd is not paid for over the whole down window. **Release** (SLO loop):
    while the p99 rests below the loop's band for a whole window on a quiet pool, the down window

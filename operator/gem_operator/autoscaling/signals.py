@@ -229,6 +229,11 @@ def recommend_sm(
             # Ready pods (once per start-up wave: pods still loading count toward it).
             want = max(want, 2 * ready)
             reason = "SaturatedSmActive"
+        if m.backlog is not None and m.had_backlog and m.arrivals < m.sm_usage:
+            # The backlog shrinks: the pods serve more than arrives, and SM active reads the drain.
+            # Capacity ordered now serves after a pod start, when the drain is over: size it by the
+            # arrivals (a flash crowd's tail otherwise orders replicas that start after it ends).
+            want = min(want, ceil_(m.arrivals / target))
         if usage / (ready * target) <= 1 + tol_up or want <= current:
             return out("CapacityPending", current, base, "capacity already sufficient or on its way")
         return out(reason, want, f"{base}: {want} replicas")
