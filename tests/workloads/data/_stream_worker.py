@@ -1,8 +1,9 @@
 """A training loop's data side, for the kill -9 test: batches, ids logged per step, positions checkpointed.
 
-    python _stream_worker.py SPEC SHARD SHARDS STEPS EVERY CKPT IDS
+    python _stream_worker.py SPEC SHARD SHARDS STEPS EVERY CKPT IDS [HOLD]
 
 Resumes from CKPT (JSON {"step", "state"}, replaced atomically every EVERY steps) when it exists.
+HOLD: after logging that step, wait to be killed (so a kill lands mid-run however fast the steps).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from gem_workloads.data.spec import load_data_spec
@@ -18,6 +20,7 @@ from gem_workloads.data.stream_loader import StreamLoader
 
 def main() -> None:
     spec_path, shard, shards, steps, every, ckpt, ids = sys.argv[1:8]
+    hold = int(sys.argv[8]) if len(sys.argv) > 8 else None
     loader = StreamLoader(load_data_spec(spec_path), 48, 8, 1000, shard=int(shard), shards=int(shards))
     start = 0
     if Path(ckpt).exists():
@@ -33,6 +36,8 @@ def main() -> None:
                 tmp = Path(ckpt + ".tmp")
                 tmp.write_text(json.dumps({"step": step, "state": loader.state()}))
                 os.replace(tmp, ckpt)
+            while step == hold:
+                time.sleep(1)
     loader.close()
 
 

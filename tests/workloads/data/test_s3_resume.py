@@ -71,9 +71,10 @@ def test_kill_9_and_resume_neither_repeats_nor_skips(moto_s3: Any, s3_spec: dict
             check=True,
             timeout=300,
         )
-        # killed with SIGKILL once it has checkpointed step 15 or later (and usually logged a few more steps)
+        # killed with SIGKILL once it has checkpointed step 15 or later (and usually logged a few more
+        # steps); it waits after logging step 18, so a fast run cannot finish before the kill
         proc = subprocess.Popen(
-            [sys.executable, str(WORKER), *args, str(ckpt), str(ids)], env=env, start_new_session=True
+            [sys.executable, str(WORKER), *args, str(ckpt), str(ids), "18"], env=env, start_new_session=True
         )
         deadline = time.monotonic() + 200
         try:
