@@ -592,29 +592,34 @@ def qobs(
 
 def test_queue_sizes_demand_beyond_saturation() -> None:
     s = spec(targetSmActive=0.5, metrics={"queue": {"drainSeconds": 60}})
-    # 4 pods at 0.95 with 30 s of queued work each: usage 3.8 * (1 + 30/60) = 5.7 -> ceil(5.7/0.5) = 12.
-    d = desired_replicas(s, ScalerState(), qobs([0.95] * 4, [30.0] * 4), NOW)
-    assert d.recommendation == 12 and d.reason == "QueuedWork"
+    # 4 pods at 0.95 with 120 s of queued work each. The arrivals need ceil(3.8/0.5) = 8; emptying
+    # the queue within 60 s adds 3.8 * 120/60 = 7.6, served flat out: ceil((3.8 + 7.6)/0.9) = 13.
+    d = desired_replicas(s, ScalerState(), qobs([0.95] * 4, [120.0] * 4), NOW)
+    assert d.recommendation == 13 and d.reason == "QueuedWork"
     assert d.desired_replicas == 8  # default rate policy: +100 % / +4 per 15 s
-    assert d.state.queue == (NOW, 30.0)
+    assert d.state.queue == (NOW, 120.0)
+    # A short queue drains on the capacity the arrivals need at the target: 8.
+    short = desired_replicas(s, ScalerState(), qobs([0.95] * 4, [30.0] * 4), NOW)
+    assert short.recommendation == 8 == max(math.ceil(3.8 / 0.5), math.ceil(3.8 * 1.5 / 0.9))
     # Without a queue reading the saturation rule can only double.
     assert desired_replicas(s, ScalerState(), obs([0.95] * 4), NOW).recommendation == 8
 
 
 def test_queue_growth_measures_the_overload() -> None:
     s = spec(targetSmActive=0.5, metrics={"queue": {"drainSeconds": 60}})
-    # The queue grew from 0 to 15 s in 15 s: arrivals are twice what the pods serve (growth 1 s/s).
-    state = ScalerState(queue=(NOW - 15, 0.0))
-    d = desired_replicas(s, state, qobs([0.95] * 4, [15.0] * 4), NOW)
-    assert d.recommendation == math.ceil(3.8 * (1 + 1.0 + 15 / 60) / 0.5)
-    # A previous reading older than staleAfterSeconds gives no growth.
-    old = ScalerState(queue=(NOW - s.metrics.stale_after_seconds - 1, 0.0))
-    assert desired_replicas(s, old, qobs([0.95] * 4, [15.0] * 4), NOW).recommendation == math.ceil(3.8 * 1.25 / 0.5)
+    # The queue grew from 60 to 75 s in 15 s: arrivals are twice what the pods serve (growth 1 s/s).
+    # Arrivals 3.8 * 2 at the target; with the drain (3.8 * 75/60) at saturation.
+    state = ScalerState(queue=(NOW - 15, 60.0))
+    d = desired_replicas(s, state, qobs([0.95] * 4, [75.0] * 4), NOW)
+    assert d.recommendation == max(math.ceil(3.8 * 2 / 0.5), math.ceil(3.8 * (2 + 75 / 60) / 0.9)) == 16
+    # A previous reading older than staleAfterSeconds gives no growth: the drain decides.
+    old = ScalerState(queue=(NOW - s.metrics.stale_after_seconds - 1, 60.0))
+    no_growth = math.ceil(3.8 * (1 + 75 / 60) / 0.9)
+    assert no_growth == 10 > math.ceil(3.8 / 0.5)
+    assert desired_replicas(s, old, qobs([0.95] * 4, [75.0] * 4), NOW).recommendation == no_growth
     # A shrinking queue (capacity arrived) is no negative growth.
-    shrinking = ScalerState(queue=(NOW - 15, 60.0))
-    assert desired_replicas(s, shrinking, qobs([0.95] * 4, [15.0] * 4), NOW).recommendation == math.ceil(
-        3.8 * 1.25 / 0.5
-    )
+    shrinking = ScalerState(queue=(NOW - 15, 90.0))
+    assert desired_replicas(s, shrinking, qobs([0.95] * 4, [75.0] * 4), NOW).recommendation == no_growth
 
 
 def test_empty_queue_means_saturation_is_not_overload() -> None:

@@ -236,10 +236,10 @@ async def test_queue_signal_through_real_prometheus(
     spec = AutoscalingSpec.model_validate(
         {"targetSmActive": 0.6, "maxReplicas": 20, "metrics": {"prometheus": {"url": url}, "staleAfterSeconds": 10}}
     )
-    # Pods 0-2 complete 200 requests/s with 2,000 waiting: 10 s of queued work each. Pod 3 exports
+    # Pods 0-2 complete 200 requests/s with 12,000 waiting: 60 s of queued work each. Pod 3 exports
     # no queue series at all (an older server build): it must count as an empty queue, not fail.
     exporter.set(0.6)
-    exporter.serve(PODS[:3], per_second=200.0, queued=2000.0)
+    exporter.serve(PODS[:3], per_second=200.0, queued=12000.0)
     sm = PrometheusSmActiveSource(url, timeout_seconds=2)
     queue = PrometheusSmActiveSource.for_queue(spec.metrics.prometheus, spec.metrics.queue, timeout_seconds=2)
 
@@ -253,7 +253,7 @@ async def test_queue_signal_through_real_prometheus(
     q = await wait_for(queue, lambda r: len(r.samples) == 3 and all(s.value > 1.0 for s in r.samples.values()))
     r = await rate.read(NS, PODS)
     for pod, sample in q.samples.items():
-        assert sample.value == pytest.approx(2000.0 / r.samples[pod].value, rel=0.15)
+        assert sample.value == pytest.approx(12000.0 / r.samples[pod].value, rel=0.15)
     assert PODS[3] not in q.samples
     now = time.time()
     assert all(abs(now - s.timestamp) < 10 for s in q.samples.values())
@@ -262,14 +262,14 @@ async def test_queue_signal_through_real_prometheus(
     # On target by SM active alone: inside the band, no change.
     plain = desired_replicas(spec, ScalerState(), observe(sm_reading), now)
     assert plain.desired_replicas == 4
-    # The queued work raises it: each of pods 0-2 counts as 0.6 * (1 + q / drainSeconds).
+    # The queued work raises it: emptying it within drainSeconds adds 0.6 * q / drainSeconds for each
+    # of pods 0-2, served flat out (SM active 0.9) on top of the arrivals.
     obs = Observation(current_replicas=4, pods=[PodState(p, ready=True) for p in PODS], metrics=sm_reading, queue=q)
     d = desired_replicas(spec, ScalerState(), obs, now)
     drain = spec.metrics.queue.drain_seconds
-    usage = sum(
-        s.value * (1 + (q.samples[p].value if p in q.samples else 0.0) / drain) for p, s in sm_reading.samples.items()
-    )
-    assert d.recommendation == math.ceil(usage / 0.6 - 1e-9) > 4
+    arrivals = sum(s.value for s in sm_reading.samples.values())
+    draining = sum(s.value * (q.samples[p].value if p in q.samples else 0.0) / drain for p, s in sm_reading.samples.items())
+    assert d.recommendation == max(math.ceil(arrivals / 0.6 - 1e-9), math.ceil((arrivals + draining) / 0.9 - 1e-9)) > 4
     assert d.desired_replicas == min(d.recommendation, 8)  # default rate policy: +100 % or +4 per 15 s
     assert d.reason == "QueuedWork"
 

@@ -516,11 +516,12 @@ def test_capacity_ordered_to_drain_a_backlog_is_not_held_for_the_down_window() -
     """A one-off backlog: the drain term orders capacity at once, but the down window remembers
     what the arrivals needed, so once the backlog is gone the pool comes back to that."""
     s = spec(targetSmActive=0.5, stabilizationSeconds={"down": 900})
-    # 10 saturated pods with 30 s of queued work each, the backlog still growing (1 s per s).
-    state = ScalerState(queue=(NOW - 15, 15.0), backlog=(NOW - 15, 150.0))
-    d = desired_replicas(s, state, queued_obs(0.95, 30.0, 10), NOW)
+    # 10 saturated pods with 120 s of queued work each, the backlog still growing (1 s per s):
+    # arrivals 19 and the drain 9.5 x 120/60, served flat out (0.9).
+    state = ScalerState(queue=(NOW - 15, 105.0), backlog=(NOW - 15, 1050.0))
+    d = desired_replicas(s, state, queued_obs(0.95, 120.0, 10), NOW)
     want = d.recommendation
-    assert want is not None and want >= 10 * 0.95 * (1 + 1 + 30 / 60) / 0.5 - 1
+    assert want == math.ceil((19 + 19) / 0.9) == 43
     remembered = d.state.recommendations[-1][1]
     # Arrivals = SM usage x (1 + growth of the total backlog per pod) = 9.5 x 2 = 19 -> 38 at 0.5.
     assert remembered == 38 < want
@@ -546,6 +547,29 @@ def test_a_draining_backlog_orders_no_capacity_beyond_the_arrivals() -> None:
     growing = ScalerState(queue=(NOW - 15, 0.5), backlog=(NOW - 15, 10.0))
     d2 = desired_replicas(s, growing, queued_obs(0.95, 1.0, 20), NOW)
     assert d2.desired_replicas > 20
+
+
+def partly_reported(sm: float, queue_s: float, ready: int, reporting: int, pending: int, now: float) -> Observation:
+    """`ready` Ready pods of which the first `reporting` have fresh SM and queue samples."""
+    pods = [PodState(f"p{i}", ready=True) for i in range(ready)]
+    pods += [PodState(f"l{i}", ready=False, model_loaded=False) for i in range(pending)]
+    samples = {f"p{i}": PodSample(sm, now - 1) for i in range(reporting)}
+    queue = MetricReading(samples={f"p{i}": PodSample(queue_s, now - 1) for i in range(reporting)})
+    return Observation(
+        current_replicas=ready + pending, pods=pods, metrics=MetricReading(samples=samples), queue=queue
+    )
+
+
+def test_more_pods_reporting_a_draining_backlog_is_no_new_demand() -> None:
+    """New pods turn Ready during a drain and report one by one: the backlog's total spans the Ready
+    pods, so more pods reporting it is not read as arrivals (summed over the reporting pods alone,
+    14 x 25 s then 28 x 12 s looked flat, and the pool ordered 6 more replicas after the crowd)."""
+    s = spec(targetSmActive=0.6)
+    first = desired_replicas(s, ScalerState(), partly_reported(0.95, 25.0, 28, 14, 7, NOW), NOW)
+    d = desired_replicas(s, first.state, partly_reported(0.95, 12.0, 33, 28, 2, NOW + 15), NOW + 15)
+    # Backlog 28 x 25 = 700 pod-seconds, then 33 x 12 = 396: arrivals 26.6 x (1 - 304 / (15 x 33)),
+    # about 10 in SM-active terms, 18 replicas: the 35 on their way are enough.
+    assert d.desired_replicas == 35 and d.reason == "CapacityPending"
 
 
 def test_without_a_queue_reading_the_history_records_the_recommendation() -> None:

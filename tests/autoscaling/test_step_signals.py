@@ -79,7 +79,9 @@ RECOMMEND_CASES: list[Any] = [
     pytest.param(pool([0.9] * 4, loading=4), 0.5, None, 8, "CapacityPending", 2, id="capacity-on-its-way"),
     pytest.param(pool([0.44, 0.44, None]), 0.5, None, 3, "WithinTolerance", 2, id="missing-counts-on-target"),
     pytest.param(pool([0.3, 0.3, None]), 0.5, None, 3, "LowSmActive", 1, id="missing-kept-on-target"),
-    pytest.param(pool([0.5] * 4, queue=10.0), 0.5, None, 5, "QueuedWork", 1, id="queue-excess"),
+    # Arrivals 3.6 need 8 at 0.5; with 90 s queued, (3.6 + 3.6 x 90/60) / 0.9 = 10 flat out.
+    pytest.param(pool([0.9] * 4, queue=90.0), 0.5, None, 10, "QueuedWork", 1, id="queue-excess"),
+    pytest.param(pool([0.9] * 4, queue=30.0), 0.5, None, 8, "HighSmActive", 1, id="short-queue-drains-at-target"),
 ]
 
 

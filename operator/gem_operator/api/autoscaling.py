@@ -119,10 +119,12 @@ class QueueSignal(ApiModel):
     """Work queued in each Ready pod, in seconds at the rate the pod completes requests.
 
     SM active saturates near 1, so once demand exceeds capacity it only says "at least this
-    much". The queue says how far beyond: a pod with `b` seconds of queued work needs its SM
-    usage multiplied by `1 + b / drainSeconds` to absorb what arrives and empty the queue within
-    `drainSeconds`. It can only raise the recommendation (missing samples count as an empty
-    queue); a RankingService reads it from the ranking server's own metrics.
+    much". The queue says how far beyond: its growth measures the arrivals beyond what the pods
+    serve, sized at the target like any demand; a pod with `b` seconds of queued work adds
+    `b / drainSeconds` of its SM usage to empty the queue within `drainSeconds`, served flat out
+    (SM active 0.9), since the drain is transient and its capacity is not meant to idle at the
+    target once the queue is gone. It can only raise the recommendation (missing samples count as
+    an empty queue); a RankingService reads it from the ranking server's own metrics.
     """
 
     enabled: bool = Field(default=True, description="Read the queue signal (RankingService only).")
@@ -136,7 +138,7 @@ class QueueSignal(ApiModel):
         default=60,
         ge=1,
         le=3600,
-        description="Size capacity to empty the measured queue within this many seconds.",
+        description="Size capacity to empty the measured queue within this many seconds, the pods working flat out.",
     )
 
 

@@ -28,7 +28,10 @@ Steps, in order:
    kept, so only pods that are measurably idle are removed. A saturated reading (every Ready
    pod reporting, mean >= `SATURATED_SM_ACTIVE` = 0.9 > target) only bounds demand from below, so the
    recommendation is then at least twice the Ready pods (pods still loading count toward it,
-   so this doubles once per start-up wave, not every sync). While a queued backlog shrinks, the
+   so this doubles once per start-up wave, not every sync). With a queue reading, its growth adds
+   to the arrivals (sized at the target) and emptying it within `drainSeconds` is sized with the
+   pods working flat out (`SATURATED_SM_ACTIVE`): the recommendation is the larger of the two.
+   While a queued backlog shrinks, the
    pods serve more than arrives and SM active reads the drain: a scale-up is then sized by the
    arrivals alone, since replicas ordered now start after the drain is over.
    **Ramp lead** (`trend.py`, `spec.autoscaling.rampLead`, on by default): a least-squares line

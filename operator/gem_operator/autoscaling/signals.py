@@ -67,6 +67,7 @@ class SmMeasurement:
     fresh: int  # of them, those with a fresh SM sample
     sm_usage: float  # sum of their SM active
     usage: float  # the same with the queue's excess: demand in SM-active terms
+    drain: float  # of `usage`, the part that empties the queue within drainSeconds
     stamp: float  # newest fresh sample
     worst_queue: float | None  # most queued seconds on one pod (None: no queued work)
     growth: float  # growth of the mean queued seconds per second since the last sync
@@ -148,23 +149,27 @@ def measure_sm(
     if last_queue is not None and 0 < now - last_queue[0] <= stale_after:
         growth = max(0.0, (mean_queue - last_queue[1]) / (now - last_queue[0]))
     remember = (now, mean_queue) if obs.queue is not None and obs.queue.error is None else None
-    usage = sum(max(0.0, s.value) * (1 + growth + queued.get(pod, 0.0) / drain) for pod, s in fresh.items())
+    draining = sum(max(0.0, s.value) * queued.get(pod, 0.0) / drain for pod, s in fresh.items())
+    usage = sm_usage * (1 + growth) + draining
     # What the arrivals need, for the stabilisation history (`Signal.steady`): a backlog's total
     # (pod-seconds of work) grows at arrivals minus what the pods serve, so SM usage times
     # 1 + its growth per Ready pod is the arrivals in SM-active terms, below SM usage while the pods
     # drain a backlog. Only with a queue reading; while there is, or just was, a backlog, or while
     # capacity is on its way, the history records that instead of the recommendation.
-    total = sum(queued.values())
+    # The total spans the Ready pods, those without a fresh sample taken at the measured mean: a
+    # sum over the fresh pods alone grows whenever more pods report, and would read as arrivals.
+    total = mean_queue * len(serving)
     backlog = (now, total) if remember is not None else None
     arrivals = sm_usage * (1 + growth)
     if backlog is not None and last_backlog is not None and 0 < now - last_backlog[0] <= stale_after:
-        arrivals = sm_usage * max(0.0, 1 + (total - last_backlog[1]) / ((now - last_backlog[0]) * len(fresh)))
+        arrivals = sm_usage * max(0.0, 1 + (total - last_backlog[1]) / ((now - last_backlog[0]) * len(serving)))
     return SmMeasurement(
         current=obs.current_replicas,
         ready=len(serving),
         fresh=len(fresh),
         sm_usage=sm_usage,
         usage=usage,
+        drain=draining,
         stamp=max(s.timestamp for s in fresh.values()),
         worst_queue=max(queued.values()) if queued else None,
         growth=growth,
@@ -221,8 +226,12 @@ def recommend_sm(
         base += f", queue up to {worst:.1f}s of work growing {m.growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
     if ratio > 1 + tol_up + EPS:
         # Missing pods count as idle: only scale up if the measured usage alone justifies it.
-        want = ceil_(usage / target)
-        reason = "QueuedWork" if usage > m.sm_usage * (1 + tol_up) else "HighSmActive"
+        # A queue is emptied by pods working flat out, for drainSeconds, not at the target: the
+        # arrivals are sized at the target, arrivals plus drain at saturation (a flash crowd's
+        # backlog otherwise orders replicas for a target utilisation it never needs).
+        ceiling = max(target, SATURATED_SM_ACTIVE if saturation is None else saturation)
+        want = max(ceil_((usage - m.drain) / target), ceil_(usage / ceiling))
+        reason = "QueuedWork" if want > ceil_(m.sm_usage / target) else "HighSmActive"
         if saturation is not None and target < saturation <= sm_avg and not missing and m.queue is None:
             # Saturated and no queue signal to say by how much: SM active cannot rise further, so
             # the ratio only bounds demand from below. Like a panic mode, ask for at least twice the
