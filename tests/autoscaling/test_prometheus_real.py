@@ -268,7 +268,9 @@ async def test_queue_signal_through_real_prometheus(
     d = desired_replicas(spec, ScalerState(), obs, now)
     drain = spec.metrics.queue.drain_seconds
     arrivals = sum(s.value for s in sm_reading.samples.values())
-    draining = sum(s.value * (q.samples[p].value if p in q.samples else 0.0) / drain for p, s in sm_reading.samples.items())
+    draining = sum(
+        s.value * (q.samples[p].value if p in q.samples else 0.0) / drain for p, s in sm_reading.samples.items()
+    )
     assert d.recommendation == max(math.ceil(arrivals / 0.6 - 1e-9), math.ceil((arrivals + draining) / 0.9 - 1e-9)) > 4
     assert d.desired_replicas == min(d.recommendation, 8)  # default rate policy: +100 % or +4 per 15 s
     assert d.reason == "QueuedWork"

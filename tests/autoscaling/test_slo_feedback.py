@@ -555,9 +555,7 @@ def partly_reported(sm: float, queue_s: float, ready: int, reporting: int, pendi
     pods += [PodState(f"l{i}", ready=False, model_loaded=False) for i in range(pending)]
     samples = {f"p{i}": PodSample(sm, now - 1) for i in range(reporting)}
     queue = MetricReading(samples={f"p{i}": PodSample(queue_s, now - 1) for i in range(reporting)})
-    return Observation(
-        current_replicas=ready + pending, pods=pods, metrics=MetricReading(samples=samples), queue=queue
-    )
+    return Observation(current_replicas=ready + pending, pods=pods, metrics=MetricReading(samples=samples), queue=queue)
 
 
 def test_more_pods_reporting_a_draining_backlog_is_no_new_demand() -> None:
