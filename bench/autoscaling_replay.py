@@ -22,7 +22,7 @@ times as many independent users; `duplicate`: each request stands for X in the s
 Targets, each printed with the number it is judged on and PASS/FAIL: GPU-hours <= 0.75 of static
 peak; SLO-violation minutes <= 3 % of the minutes after warm-up on the flash-crowd and
 conversation families, <= 1 % on the shared trace and the plain diurnal day; <= 4 direction
-changes per hour; and two comparisons with HPA on RPS, one per direction:
+changes in any hour of the run; and two comparisons with HPA on RPS, one per direction:
 
 - *at equal or fewer GPU-hours, never more violation minutes*: when the policy spends more than
   RPS at its default calibration, RPS is re-run with lower utilisation targets, bisecting to the

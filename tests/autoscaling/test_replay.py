@@ -27,6 +27,7 @@ from gem_operator.replay.engine import (
     simulate,
     to_series,
 )
+from gem_operator.replay.report import most_in_an_hour
 from gem_operator.replay.service_model import (
     Pool,
     ProfileError,
@@ -252,6 +253,23 @@ def test_step_load_policy_follows_and_beats_static(tmp_path: Path, service: Path
     assert set(d["timeline"][0]["hpa_rps"]) == {"replicas", "sm_active", "p99_ms"}
     assert d["scale_mode"] == "independent" and d["warmup_minutes"] == 3
     json.dumps(d)
+
+
+@pytest.mark.parametrize(
+    ("times", "most"),
+    [
+        ([], 0),
+        ([100.0], 1),
+        # A 58-minute run with 4 changes holds 4 in its one hour (a mean over it would read 4.1).
+        ([60.0, 900.0, 2000.0, 3400.0], 4),
+        # A day: 3 changes in one hour and 1 in another read 3, not the day's mean.
+        ([1000.0, 1500.0, 4000.0, 50000.0], 3),
+        # The window is half-open: changes exactly an hour apart are in different hours.
+        ([0.0, 3600.0, 7200.0], 1),
+    ],
+)
+def test_direction_changes_count_the_busiest_hour(times: list[float], most: int) -> None:
+    assert most_in_an_hour(times) == most
 
 
 def test_scale_keeps_the_time_axis(tmp_path: Path) -> None:

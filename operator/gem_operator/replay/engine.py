@@ -49,7 +49,7 @@ same load:
 
 Per pool: GPU-hours (GPUs held from pod creation, so start-up counts), p99 per minute
 (request-weighted 99th percentile of the per-second p99 of the model), SLO-violation minutes
-(p99 above `spec.slo.p99LatencyMs`), scaling events and direction changes per hour.
+(p99 above `spec.slo.p99LatencyMs`), scaling events and direction changes in the busiest hour.
 """
 
 from __future__ import annotations
@@ -76,7 +76,15 @@ from gem_operator.autoscaling.policy import (
     desired_replicas,
 )
 from gem_operator.autoscaling.steps.hysteresis import as_hpa
-from gem_operator.replay.report import HPA_RPS, POLICY, POOLS, STATIC_PEAK, PoolResult, ReplayReport
+from gem_operator.replay.report import (
+    HPA_RPS,
+    POLICY,
+    POOLS,
+    STATIC_PEAK,
+    PoolResult,
+    ReplayReport,
+    most_in_an_hour,
+)
 from gem_operator.replay.service_model import Pool, ProfileError, ServiceModel, weighted_quantile
 from gem_operator.replay.traces import (
     SCALE_MODES,
@@ -402,13 +410,12 @@ def run_pool(
             p99_min.append(None)
         rep_min.append(sum(reps[sl]) / len(reps[sl]))
         sm_min.append(sum(win.sm[sl]) / len(win.sm[sl]))
-    changes = sum(1 for a, b in itertools.pairwise(events) if a[3] != b[3])
-    hours = len(cost) / 3600
+    changes = [b[0] for a, b in itertools.pairwise(events) if a[3] != b[3]]
     return PoolResult(
         name=name,
         gpu_hours=pool.gpu_seconds * gpus / 3600,
         slo_violation_minutes=violations,
-        direction_changes_per_hour=changes / hours if hours > 0 else 0.0,
+        direction_changes_per_hour=float(most_in_an_hour(changes)),
         peak_replicas=max(reps) if reps else 0,
         scaling_events=len(events),
         mean_replicas=sum(reps) / len(reps) if reps else 0.0,

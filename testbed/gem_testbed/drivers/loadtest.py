@@ -17,7 +17,8 @@ replicas the cluster held:
   times GPUs per replica;
 - ``slo_violation_minutes``: minutes whose client p99 (errors, 503s and timeouts count as misses,
   i.e. as infinitely slow) exceeds ``spec.slo.p99LatencyMs``;
-- ``direction_changes_per_hour``, ``peak_replicas``, ``requests``, ``errors``, and a per-minute
+- ``direction_changes_per_hour`` (the most direction changes in any hour of the run, all of them in
+  a shorter run), ``peak_replicas``, ``requests``, ``errors``, and a per-minute
   timeline.
 
 Pools: ``policy`` (the built-in autoscaler as the spec configures it), ``static`` (autoscaling off,
@@ -51,6 +52,7 @@ import yaml
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
+from gem_operator.replay.report import most_in_an_hour
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
 from gem_testbed.drivers.closed_loop import (
     RPS_WINDOW_SECONDS,
@@ -224,16 +226,15 @@ def pool_figures(run: PoolRun, slo_ms: float, seconds: int, gpus: int, warmup_mi
             "replicas": round(sum(held_min[m]) / len(held_min[m]), 2) if held_min[m] else 0,
             "ready": round(sum(ready_min[m]) / len(ready_min[m]), 2) if ready_min[m] else 0,
         })  # fmt: skip
-    desired = [s.desired for s in run.samples]
-    changes = [(b > a) for a, b in itertools.pairwise(desired) if b != a]
-    direction_changes = sum(1 for a, b in itertools.pairwise(changes) if a != b)
-    hours = seconds / 3600
+    # (time, up?) of each change of the desired count; a direction change is one that turns.
+    changes = [(b.t, b.desired > a.desired) for a, b in itertools.pairwise(run.samples) if b.desired != a.desired]
+    turns = [b[0] for a, b in itertools.pairwise(changes) if a[1] != b[1]]
     return {
         "gpu_hours": round(gpu_seconds * gpus / 3600, 4),
         "slo_violation_minutes": violations,
         "slo_violation_pct_after_warmup": round(100 * violations / max(1, minutes - warmup_minutes), 2),
         "warmup_violation_minutes": warm_violations,
-        "direction_changes_per_hour": round(direction_changes / hours, 2) if hours > 0 else 0.0,
+        "direction_changes_per_hour": float(most_in_an_hour(turns)),
         "peak_replicas": max((s.replicas for s in run.samples), default=0),
         "scaling_events": len(changes),
         "requests": len(run.records),
