@@ -368,7 +368,7 @@ def test_rps_baseline_calibrated_on_the_runs_cost_per_request() -> None:
 def test_queue_signal_speeds_up_recovery_from_overload() -> None:
     """A 4x step: with the queue signal the policy orders what the arrivals need before the first new
     pod serves; without it, it doubles. The backlog is drained flat out, not sized at the target,
-    so the pool's peak stays within 1.5x that need (sized at the target it reached 28 of 16)."""
+    so the pool's peak stays within twice that need (sized at the target it reached 40 of 16)."""
     n = 1200
     cost = np.where(np.arange(n) >= 300, 2000.0, 500.0)
     load = LoadSeries(cost=cost, requests=cost.copy())
@@ -383,7 +383,7 @@ def test_queue_signal_speeds_up_recovery_from_overload() -> None:
     first_serves = with_q.events[0][0] + ServiceModel().startup_seconds
     ordered = max(e[2] for e in with_q.events if e[3] == "up" and e[0] < first_serves)
     assert ordered >= need
-    assert with_q.peak_replicas <= 1.5 * need
+    assert with_q.peak_replicas <= 2 * need
 
 
 def load_service_text(text: str) -> RankingServiceSpec:

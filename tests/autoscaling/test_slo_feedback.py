@@ -517,11 +517,12 @@ def test_capacity_ordered_to_drain_a_backlog_is_not_held_for_the_down_window() -
     what the arrivals needed, so once the backlog is gone the pool comes back to that."""
     s = spec(targetSmActive=0.5, stabilizationSeconds={"down": 900})
     # 10 saturated pods with 120 s of queued work each, the backlog still growing (1 s per s):
-    # arrivals 19 and the drain 9.5 x 120/60, served flat out (0.9).
+    # arrivals 19; the queue as it will be a drainSeconds on (180 s each) emptied within
+    # drainSeconds, served flat out (0.9).
     state = ScalerState(queue=(NOW - 15, 105.0), backlog=(NOW - 15, 1050.0))
     d = desired_replicas(s, state, queued_obs(0.95, 120.0, 10), NOW)
     want = d.recommendation
-    assert want == math.ceil((19 + 19) / 0.9) == 43
+    assert want == math.ceil((19 + 9.5 * 180 / 60) / 0.9) == 53
     remembered = d.state.recommendations[-1][1]
     # Arrivals = SM usage x (1 + growth of the total backlog per pod) = 9.5 x 2 = 19 -> 38 at 0.5.
     assert remembered == 38 < want

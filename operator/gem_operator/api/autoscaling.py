@@ -123,8 +123,10 @@ class QueueSignal(ApiModel):
     serve, sized at the target like any demand; a pod with `b` seconds of queued work adds
     `b / drainSeconds` of its SM usage to empty the queue within `drainSeconds`, served flat out
     (SM active 0.9), since the drain is transient and its capacity is not meant to idle at the
-    target once the queue is gone. It can only raise the recommendation (missing samples count as
-    an empty queue); a RankingService reads it from the ranking server's own metrics.
+    target once the queue is gone. A queue that lasted since the last sync is planned as it will be
+    a `drainSeconds` on, at its measured growth (capacity ordered now serves after a pod start). It
+    can only raise the recommendation (missing samples count as an empty queue); a RankingService
+    reads it from the ranking server's own metrics.
     """
 
     enabled: bool = Field(default=True, description="Read the queue signal (RankingService only).")

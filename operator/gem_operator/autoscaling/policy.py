@@ -30,7 +30,8 @@ Steps, in order:
    recommendation is then at least twice the Ready pods (pods still loading count toward it,
    so this doubles once per start-up wave, not every sync). With a queue reading, its growth adds
    to the arrivals (sized at the target) and emptying it within `drainSeconds` is sized with the
-   pods working flat out (`SATURATED_SM_ACTIVE`): the recommendation is the larger of the two.
+   pods working flat out (`SATURATED_SM_ACTIVE`), for the queue as it will be a `drainSeconds` on
+   when it lasted since the last sync: the recommendation is the larger of the two.
    While a queued backlog shrinks, the
    pods serve more than arrives and SM active reads the drain: a scale-up is then sized by the
    arrivals alone, since replicas ordered now start after the drain is over.

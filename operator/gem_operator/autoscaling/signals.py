@@ -73,6 +73,7 @@ class SmMeasurement:
     growth: float  # growth of the mean queued seconds per second since the last sync
     arrivals: float  # what the arrivals need in SM-active terms (the stabilisation history)
     had_backlog: bool  # a backlog now or at the last sync
+    queued_before: bool  # a backlog at the last sync too
     overloaded: bool  # queued work or saturated SM: demand beyond what the pods serve
     queue: tuple[float, float] | None  # to remember for the next sync (None: no queue reading)
     backlog: tuple[float, float] | None
@@ -175,6 +176,7 @@ def measure_sm(
         growth=growth,
         arrivals=arrivals,
         had_backlog=total > 0 or (last_backlog is not None and last_backlog[1] > 0),
+        queued_before=last_backlog is not None and last_backlog[1] > 0,
         overloaded=bool(queued) or growth > 0 or (saturation is not None and sm_avg >= saturation),
         queue=remember,
         backlog=backlog,
@@ -226,11 +228,14 @@ def recommend_sm(
         base += f", queue up to {worst:.1f}s of work growing {m.growth:.2f}s/s (demand {avg:.2f} in SM-active terms)"
     if ratio > 1 + tol_up + EPS:
         # Missing pods count as idle: only scale up if the measured usage alone justifies it.
-        # A queue is emptied by pods working flat out, for drainSeconds, not at the target: the
-        # arrivals are sized at the target, arrivals plus drain at saturation (a flash crowd's
-        # backlog otherwise orders replicas for a target utilisation it never needs).
+        # The arrivals are sized at the target. A queue is emptied by pods working flat out, not
+        # at the target: sized at the target, a flash crowd's backlog ordered replicas that idled
+        # once it was gone (40 for a 4x step that needs 17). A backlog that lasted since the last
+        # sync is planned as it will be a drainSeconds on, at its measured growth: capacity
+        # ordered now serves after a pod start, and a crowd's queue grows until then.
         ceiling = max(target, SATURATED_SM_ACTIVE if saturation is None else saturation)
-        want = max(ceil_((usage - m.drain) / target), ceil_(usage / ceiling))
+        ahead = m.sm_usage * m.growth if m.queued_before else 0.0
+        want = max(ceil_((usage - m.drain) / target), ceil_((usage + ahead) / ceiling))
         reason = "QueuedWork" if want > ceil_(m.sm_usage / target) else "HighSmActive"
         if saturation is not None and target < saturation <= sm_avg and not missing and m.queue is None:
             # Saturated and no queue signal to say by how much: SM active cannot rise further, so
