@@ -150,7 +150,8 @@ def test_the_budgets_last_change_is_for_a_confirmed_reversal(
     ("last", "changes", "fits"),
     [
         pytest.param(1, 0, True, id="after-a-scale-up-with-an-empty-budget"),
-        pytest.param(1, 1, False, id="after-a-scale-up-the-budget-must-take-two-more"),
+        pytest.param(1, 2, True, id="after-a-scale-up-a-release-is-a-confirmed-reversal"),
+        pytest.param(1, 3, False, id="the-last-change-stays-for-the-scale-up-after-it"),
         pytest.param(-1, 3, True, id="already-scaling-down-changes-nothing"),
     ],
 )

@@ -334,7 +334,8 @@ class Hysteresis(ApiModel):
     `maxDirectionChangesPerHour - 1` direction changes, so the scale-up that may follow it still
     fits the budget: no hour holds more than `maxDirectionChangesPerHour` changes. That last change
     is kept for a reversal the p99 confirms (below the SLO loop's band for a whole window on a quiet
-    pool); any other is held one change earlier. A reversal that would give back fewer than
+    pool); any other is held one change earlier. The SLO loop's release after a scale-up is such a
+    confirmed reversal. A reversal that would give back fewer than
     min(2, tolerance.down x replicas) replicas is held whatever the budget: it saves little and
     spends two changes. A scale-up is never held (the SLO comes first), and a scale-down after a
     scale-down is no reversal.
