@@ -164,6 +164,7 @@ def measure_sm(
     arrivals = sm_usage * (1 + growth)
     if backlog is not None and last_backlog is not None and 0 < now - last_backlog[0] <= stale_after:
         arrivals = sm_usage * max(0.0, 1 + (total - last_backlog[1]) / ((now - last_backlog[0]) * len(serving)))
+    queued_before = last_backlog is not None and last_backlog[1] > 0
     return SmMeasurement(
         current=obs.current_replicas,
         ready=len(serving),
@@ -175,8 +176,8 @@ def measure_sm(
         worst_queue=max(queued.values()) if queued else None,
         growth=growth,
         arrivals=arrivals,
-        had_backlog=total > 0 or (last_backlog is not None and last_backlog[1] > 0),
-        queued_before=last_backlog is not None and last_backlog[1] > 0,
+        had_backlog=total > 0 or queued_before,
+        queued_before=queued_before,
         overloaded=bool(queued) or growth > 0 or (saturation is not None and sm_avg >= saturation),
         queue=remember,
         backlog=backlog,
