@@ -40,6 +40,13 @@ TOKEN_SECONDS = 24 * 3600
 COMMAND_TIMEOUT = 180.0
 # What a denied call looks like in the operator's log (kopf and the kube client both name it).
 _FORBIDDEN = re.compile(r"\b403\b|Forbidden")
+# The log line's own time stamp ("[2026-12-03 14:35:26,403] "): its milliseconds can read 403.
+_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\s*")
+
+
+def forbidden_lines(text: str) -> list[str]:
+    """The lines of an operator log that report a 403 / Forbidden answer, time stamps aside."""
+    return [line for line in text.splitlines() if _FORBIDDEN.search(_STAMP.sub("", line))]
 
 
 @dataclass(frozen=True)
@@ -283,7 +290,7 @@ class OperatorProcess:
             text = self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return []
-        return [line for line in text.splitlines() if _FORBIDDEN.search(line)]
+        return forbidden_lines(text)
 
     def __enter__(self) -> OperatorProcess:
         self.start()
