@@ -12,6 +12,7 @@ Three families, each drawn with a seed (the shared trace is one real draw):
   conversation hours stand for, and a check that they are no easier than it.
 - the diurnal swing with a flash crowd: `diurnal` (24 h, optionally a 3x crowd for 2 minutes at
   11:00) and its one-hour form `poisson_hour` (rate 0.4x-1.6x, 3x crowd at minute 40).
+- `wave`: a periodic swing of 5-30 minutes (`wave`), for the seed sweep only.
 
 Synthetic traces are drawn for 1/USERS_SCALE of the users and scaled xUSERS_SCALE; in the
 independent scale mode their common trend is the known per-second rate.
@@ -132,6 +133,26 @@ def conversation(seed: int = 23) -> Scenario:
     costs = np.array([rng.gamma(2.0, 0.5, int(n)).sum() for n in counts])
     arrivals = Arrivals(t.tolist(), counts.tolist(), costs.tolist(), "conversation")
     return Scenario(f"conversation s{seed}", arrivals, rate, USERS_SCALE, False, None, "conversation", 3.0)
+
+
+WAVE_RATE = 2000.0  # mean requests/s of the wave family (static peak >= 20 replicas)
+
+
+def wave(seed: int = 41) -> Scenario:
+    """1 h of a periodic swing: the rate is 2,000/s x (1 + a sin(2 pi t / P + phase)), P drawn between
+    5 and 30 minutes, a between 0.2 and 0.4 (Poisson arrivals, unit cost).
+
+    A load that turns faster than the scale-down window and a few pod starts: a line through its
+    rising half forecasts a rise that the falling half takes back, and a pool that follows it
+    spends a direction change per half-period. None of the other families turns within minutes.
+    """
+    rng = np.random.default_rng(seed)
+    period, amplitude, phase = rng.uniform(5 * 60, 30 * 60), rng.uniform(0.2, 0.4), rng.uniform(0, 2 * np.pi)
+    t = np.arange(3600, dtype=float)
+    rate = WAVE_RATE * (1 + amplitude * np.sin(2 * np.pi * t / period + phase))
+    arrivals, trend = poisson_trace("wave", rate, np.ones_like(rate), seed)
+    name = f"wave s{seed} ({period / 60:.0f} min, +-{amplitude:.0%})"
+    return Scenario(name, arrivals, trend, USERS_SCALE, False, None, "wave", 3.0)
 
 
 def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> Scenario:

@@ -1,14 +1,14 @@
 """Seed sweep: the autoscaling policy against HPA on RPS at equal GPU-hours over other draws of traffic.
 
-Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--family poisson-hour|conversation]
+Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--family poisson-hour|conversation|wave]
           [--fleet batching|single-server] [--shared] [--azure-conversation] [--without-ramp-lead]
           [--service MANIFEST.yaml] [--max-replicas N]
 
 `bench/autoscaling_replay.py` judges a few draws of each trace family. Tuning to a few draws is
 easy; this runs one one-hour family (`--family`: the Poisson swing with a 3x flash crowd at minute
-40, or the smooth conversation hour) for every seed of `--seeds`, in both scale modes, and for each
-case compares the policy with HPA on RPS in both directions, as the main bench does: its
-SLO-violation minutes after warm-up against RPS at the policy's GPU-hours (RPS re-run at lower
+40, the smooth conversation hour, or a periodic wave of 5-30 minutes) for every seed of `--seeds`,
+in both scale modes, and for each case compares the policy with HPA on RPS in both directions, as
+the main bench does: its SLO-violation minutes after warm-up against RPS at the policy's GPU-hours (RPS re-run at lower
 utilisation targets and interpolated), and its GPU-hours against RPS at as few violation minutes
 (RPS at its default calibration, or re-run to as few); and its GPU-hours with static peak
 provisioning. `--shared` adds the shared Azure trace (one draw: its arrivals are real);
@@ -48,7 +48,7 @@ from autoscaling_replay import (  # bench/ on sys.path
     rps_at_equal_gpu_hours,
     shared_trace,
 )
-from autoscaling_scenarios import azure_conversation
+from autoscaling_scenarios import azure_conversation, wave
 from pydantic import ValidationError
 
 from gem_operator.api.serving import RankingServiceSpec
@@ -56,7 +56,11 @@ from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, simulate
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
 from gem_operator.replay.traces import TraceError, load_service
 
-FAMILIES = {"poisson-hour": lambda s: poisson_hour(11 + s), "conversation": lambda s: conversation(23 + s)}
+FAMILIES = {
+    "poisson-hour": lambda s: poisson_hour(11 + s),
+    "conversation": lambda s: conversation(23 + s),
+    "wave": lambda s: wave(41 + s),
+}
 FLEETS = {
     "batching": ServiceModel,
     "single-server": lambda: ServiceModel(latency_p99_ms=single_server_p99_curve(0.005)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -14,8 +15,11 @@ from gem_operator.autoscaling.observation import MetricReading, Observation, Pod
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.trend import (
+    MAX_REALISED,
     MIN_SAMPLES,
+    SKILL_WEIGHT,
     fitted_rise,
+    judged_skill,
     learn_lead,
     level_shift,
     ramp_step,
@@ -147,6 +151,151 @@ def test_ramp_step_keeps_only_its_window_and_adds_nothing_when_off() -> None:
     assert step.lead_seconds == 30.0  # the lead is still measured while off: turning it on finds it
 
 
+# --------------------------------------------------------------------------- the line held to its word
+
+
+@pytest.mark.parametrize(
+    ("forecasts", "skill", "demand", "waiting", "expected"),
+    [
+        # came true exactly: the first judged forecast is the skill
+        ([(NOW, 2.0, 3.0)], None, 3.0, [], 1.0),
+        # demand fell below where the line stood: nothing of the rise came true
+        ([(NOW, 2.0, 3.0)], None, 1.5, [], 0.0),
+        # half of the rise
+        ([(NOW, 2.0, 3.0)], 1.0, 2.5, [], (1 - SKILL_WEIGHT) + SKILL_WEIGHT * 0.5),
+        # far beyond the forecast: counted at MAX_REALISED, not more
+        ([(NOW, 2.0, 3.0)], 1.0, 9.0, [], (1 - SKILL_WEIGHT) + SKILL_WEIGHT * MAX_REALISED),
+        # not yet due: kept, the skill unchanged
+        ([(NOW + 60, 2.0, 3.0)], 0.4, 9.0, [(NOW + 60, 2.0, 3.0)], 0.4),
+        # a forecast without a rise judges nothing
+        ([(NOW, 2.0, 2.0)], 0.7, 1.0, [], 0.7),
+        # two due at once: each weighs SKILL_WEIGHT, in order
+        ([(NOW - 15, 2.0, 3.0), (NOW, 2.0, 4.0)], 1.0, 2.0, [], (1 - SKILL_WEIGHT) ** 2),
+    ],
+)
+def test_judged_skill(
+    forecasts: list[tuple[float, float, float]],
+    skill: float | None,
+    demand: float,
+    waiting: list[tuple[float, float, float]],
+    expected: float,
+) -> None:
+    left, judged = judged_skill(forecasts, skill, demand, NOW)
+    assert left == tuple(waiting)
+    assert judged == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("skill", "elapsed", "forecasts", "expected"),
+    [
+        (0.5, 300.0, [], 0.75),  # a half-life without a judged forecast halves the shortfall
+        (0.2, 600.0, [(NOW + 60, 2.0, 3.0)], 0.8),  # forecasts still awaiting judge nothing yet
+        (0.5, 300.0, [(NOW, 2.0, 3.0)], (1 - SKILL_WEIGHT) * 0.5),  # a judged sync does not recover
+        (1.4, 300.0, [], 1.4),  # above 1: nothing to recover
+        (None, 300.0, [], None),  # nothing judged yet
+    ],
+)
+def test_the_skill_recovers_between_judged_forecasts(
+    skill: float | None, elapsed: float, forecasts: list[tuple[float, float, float]], expected: float | None
+) -> None:
+    _, out = judged_skill(forecasts, skill, 1.5, NOW, elapsed=elapsed, half_life=300.0)
+    assert out == (None if expected is None else pytest.approx(expected))
+
+
+def test_a_line_with_little_skill_orders_that_share_of_its_rise() -> None:
+    s = spec()
+    history = [(NOW - (9 - i) * SYNC, 2.0 + 0.004 * i * SYNC) for i in range(9)]  # +0.24 per minute
+    usage = 2.0 + 0.004 * 9 * SYNC  # 2.54; the line projects 3.02 one lead (120 s) ahead
+    whole = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5)
+    half = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.5)
+    none = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.0)
+    assert (whole.recommendation, half.recommendation, none.recommendation) == (7, 6, 6)  # 3.02, 2.78, 2.54 at 0.5
+    # No forecast came due at this sync: a sync (15 s) of the window's half-life (300 s) recovers.
+    assert half.skill == pytest.approx(1 - 0.5 * 0.5 ** (SYNC / 300))
+    assert "52% of that rise" in half.message and "% of that rise" not in whole.message
+    # Each records its forecast at the line's full rise, whatever the skill: the skill can recover.
+    assert whole.forecasts == half.forecasts == none.forecasts
+    ((due, made, forecast),) = half.forecasts
+    assert due == NOW + 120 and made == pytest.approx(2.54) and forecast == pytest.approx(3.02)
+
+
+@pytest.mark.parametrize(
+    ("name", "demand", "skill_at_least", "skill_below"),
+    [
+        # a ramp of +0.08 SM-active per minute for 20 minutes: its forecasts come true
+        ("ramp", lambda i: 4.0 + 0.02 * i, 0.8, None),
+        # a wave of 6 minutes, +-30 %: each rising half is taken back by the falling one
+        ("6-minute wave", lambda i: 4.0 * (1 + 0.3 * np.sin(2 * np.pi * i * SYNC / 360)), None, 0.5),
+    ],
+)
+def test_the_skill_tells_a_ramp_from_a_wave(
+    name: str, demand: Any, skill_at_least: float | None, skill_below: float | None
+) -> None:
+    s = spec()
+    history: tuple[tuple[float, float], ...] = ()
+    forecasts: tuple[tuple[float, float, float], ...] = ()
+    skill: float | None = None
+    for i in range(80):  # 20 minutes of syncs
+        r = ramp_step(
+            s,
+            history,
+            float(demand(i)),
+            0.5,
+            NOW + i * SYNC,
+            lead_seconds=None,
+            pending=None,
+            serving=12,
+            current=12,
+            forecasts=forecasts,
+            skill=skill,
+        )
+        history, forecasts, skill = r.usage, r.forecasts, r.skill
+    assert skill is not None, name
+    if skill_at_least is not None:
+        assert skill >= skill_at_least, name
+    if skill_below is not None:
+        assert skill < skill_below, name
+
+
+def test_a_restart_of_the_fit_drops_the_forecasts_unjudged() -> None:
+    s = spec()
+    history = tuple((NOW - (9 - i) * SYNC, 2.0 + 0.1 * i) for i in range(9))
+    pending = ((NOW, 2.5, 3.5),)
+    over = ramp_step(
+        s,
+        history,
+        3.0,
+        0.5,
+        NOW,
+        lead_seconds=None,
+        pending=None,
+        serving=5,
+        current=5,
+        overloaded=True,
+        forecasts=pending,
+        skill=0.9,
+    )
+    assert over.forecasts == () and over.skill == 0.9
+    jump = ramp_step(
+        s, history, 9.0, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, forecasts=pending, skill=0.9
+    )
+    assert jump.forecasts == () and jump.skill == pytest.approx(1 - 0.1 * 0.5 ** (SYNC / 300))  # judged none
+
+
+def test_the_skill_is_kept_in_state() -> None:
+    s = spec()
+    state = ScalerState(
+        demand=tuple((NOW - (9 - i) * SYNC, 1.0 + 0.02 * i * SYNC) for i in range(9)),
+        ramp_forecasts=((NOW, 1.0, 1.5),),  # demand now 2.5: three times the rise, counted as MAX_REALISED
+        ramp_skill=0.5,
+    )
+    d = desired_replicas(s, state, obs([0.5, 0.5, 0.5, 0.5, 0.5], now=NOW), NOW)
+    assert d.state.ramp_skill == pytest.approx((1 - SKILL_WEIGHT) * 0.5 + SKILL_WEIGHT * MAX_REALISED)
+    assert d.state.ramp_forecasts and all(due > NOW for due, _, _ in d.state.ramp_forecasts)
+    back = ScalerState.from_dict(json.loads(json.dumps(d.state.to_dict())))
+    assert back == d.state
+
+
 # --------------------------------------------------------------------------- through the policy
 
 
@@ -201,7 +350,14 @@ def test_learned_lead_is_kept_in_state() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"scaleUpPending": []}, {"scaleUpPending": ["x", 2]}, {"demand": [[1.0]]}, {"leadSeconds": "nan"}],
+    [
+        {"scaleUpPending": []},
+        {"scaleUpPending": ["x", 2]},
+        {"demand": [[1.0]]},
+        {"leadSeconds": "nan"},
+        {"rampForecasts": [[1.0, 2.0]]},
+        {"rampSkill": "inf"},
+    ],
 )
 def test_malformed_ramp_state_is_forgotten(bad: dict[str, Any]) -> None:
     assert ScalerState.from_dict({"recommendations": [[1.0, 2]], **bad}) == ScalerState()
@@ -267,8 +423,9 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
 ) -> None:
     """Readings inside the SM rule's band: the count never falls, and a rise is always the ramp's.
 
-    Every rise matches the least-squares line of the demand one lead ahead (numpy's fit, computed
-    here apart from trend.py) at or above the replicas ordered.
+    Every rise is sized between the least-squares line of the demand now and its value one lead
+    ahead (numpy's fit, computed here apart from trend.py), and at the projection itself while the
+    line's forecasts have come true (skill 1 or more, or none judged yet).
     """
     s = spec(targetSmActive=target, tolerance={"up": tu, "down": td}, stabilizationSeconds={"up": 0, "down": 0})
     state = ScalerState()
@@ -285,8 +442,11 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
             assert d.reason == "RisingLoad"
             window = [(t, u) for t, u in demand if now - t < s.ramp_lead.window_seconds]
             projected = numpy_projection(window, now + s.ramp_lead.lead_seconds)
-            assert projected is not None
-            assert d.desired_replicas - 1 < projected / target <= d.desired_replicas + 1e-6
+            level = numpy_projection(window, now)
+            assert projected is not None and level is not None
+            assert level / target - 1e-6 <= d.desired_replicas < projected / target + 1
+            if d.state.ramp_skill is None or d.state.ramp_skill >= 1:
+                assert d.desired_replicas - 1 < projected / target <= d.desired_replicas + 1e-6
         count = d.desired_replicas
         state = d.state
         # The pods now ordered are still starting: the readings stay those of the n serving ones.

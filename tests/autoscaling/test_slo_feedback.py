@@ -400,6 +400,8 @@ states = st.builds(
     slo_last_over=st.one_of(st.none(), st.floats(0, 1e9)),
     slo_cut_replicas=st.one_of(st.none(), st.integers(0, 10_000)),
     slo_last_overloaded=st.one_of(st.none(), st.floats(0, 1e9)),
+    ramp_forecasts=st.lists(st.tuples(st.floats(0, 1e9), st.floats(0, 1e3), st.floats(0, 1e3)), max_size=5).map(tuple),
+    ramp_skill=st.one_of(st.none(), st.floats(0, 2)),
 )
 
 

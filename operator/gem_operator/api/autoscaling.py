@@ -382,7 +382,11 @@ class RampLead(ApiModel):
     measured on the pool: the time from a scale-up decision until that many pods serve, averaged
     over scale-ups; `leadSeconds` until the first is measured. At least 8 syncs are fitted; while
     the pool is overloaded (queued work, saturated pods) the samples restart, so a step or a flash
-    crowd is not read back as a ramp. It acts inside the tolerance band, only ever upward.
+    crowd is not read back as a ramp. It acts inside the tolerance band, only ever upward. Each
+    rising line is a forecast, judged when its time comes: the lead orders the share of the rise
+    that its recent forecasts made true (on a load that turns within minutes, a line through the
+    rising half over-orders every crest), and the shortfall halves over each `windowSeconds`
+    without a judged forecast.
     """
 
     enabled: bool = Field(default=True, description="Turn the ramp lead on.")

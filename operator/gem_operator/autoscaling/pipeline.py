@@ -92,6 +92,8 @@ def conclude(
         panic_until=sig.panic.until,
         demand=ramp.usage,
         lead_seconds=ramp.lead_seconds,
+        ramp_forecasts=ramp.forecasts,
+        ramp_skill=ramp.skill,
         scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
         slo_last_release=now if stable.released else state.slo_last_release,
     )

@@ -48,6 +48,10 @@ class ScalerState:
     reversals: times of the direction changes within the last hour (the hysteresis budget).
     slo_last_release: when the band loop last let the scale-down window give capacity back (the
         next release waits until the p99 has seen the smaller pool for a whole window).
+    ramp_forecasts: (due, fitted demand when made, demand forecast) of the ramp lead's rising
+        forecasts awaiting their time.
+    ramp_skill: the share of the ramp lead's forecast rises that came true, a running mean (None:
+        none judged yet).
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -72,6 +76,8 @@ class ScalerState:
     last_direction: int = 0
     reversals: tuple[float, ...] = ()
     slo_last_release: float | None = None
+    ramp_forecasts: tuple[tuple[float, float, float], ...] = ()
+    ramp_skill: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +105,10 @@ class ScalerState:
         }
         if self.slo_last_release is not None:  # absent reads as None: states written before it parse the same
             out["sloLastRelease"] = self.slo_last_release
+        if self.ramp_forecasts:
+            out["rampForecasts"] = [list(f) for f in self.ramp_forecasts]
+        if self.ramp_skill is not None:
+            out["rampSkill"] = self.ramp_skill
         return out
 
     @classmethod
@@ -135,6 +145,8 @@ class ScalerState:
                 last_direction=_direction(data.get("lastDirection", 0)),
                 reversals=tuple(_finite(t) for t in data.get("reversals", [])),
                 slo_last_release=_opt(data.get("sloLastRelease")),
+                ramp_forecasts=tuple((_finite(d), _finite(m), _finite(f)) for d, m, f in data.get("rampForecasts", [])),
+                ramp_skill=_opt(data.get("rampSkill")),
             )
         except (TypeError, ValueError, IndexError):
             return cls()

@@ -117,6 +117,8 @@ def read_signals(
         serving=seen.serving,
         current=seen.current,
         overloaded=sig.overloaded,
+        forecasts=state.ramp_forecasts,
+        skill=state.ramp_skill,
     )
     if ramp.recommendation is not None and sig.recommendation is not None:
         values["rampLead"] = float(ramp.recommendation)
