@@ -18,7 +18,9 @@ each request one unit of cost and, as a second case, weighted by its context tok
 Fleets: `batching` is the service model's default p99 curve (a batching GPU server, knee near
 80 % utilisation); `single-server` is `single_server_p99_curve(0.005)`, one request per batch
 (M/D/1: p99 reaches the 40 ms SLO near 70 % utilisation), where keeping the SLO needs a much
-lower SM target.
+lower SM target; `slow-start` is the default curve with a 420 s model load, so a replica serves
+7.5 minutes after creation (a large model pulled without a node cache): longer than the ramp lead's
+window and half of the bench's scale-down window.
 
 Printed: one line per case, then how many cases the policy had more violation minutes than RPS
 at equal GPU-hours, how many spent more than 1.05x RPS's GPU-hours at as few violation minutes,
@@ -64,6 +66,7 @@ FAMILIES = {
 FLEETS = {
     "batching": ServiceModel,
     "single-server": lambda: ServiceModel(latency_p99_ms=single_server_p99_curve(0.005)),
+    "slow-start": lambda: ServiceModel(model_load_seconds=420.0),
 }
 
 

@@ -137,9 +137,32 @@ def test_ramp_step_projects_one_lead_ahead_at_the_target() -> None:
     assert step.recommendation == 7 == -(-projected // 0.5)
     assert "rising 0.24/min" in step.message
     assert "rampLead.leadSeconds" in step.message
-    measured = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=600.0, pending=None, serving=5, current=5)
-    assert measured.recommendation == 10  # 2.54 + 0.004 * 600 = 4.94 → 10 at 0.5
-    assert "measured" in measured.message
+    measured = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=130.0, pending=None, serving=5, current=5)
+    assert measured.recommendation == 7  # 2.54 + 0.004 * 130 = 3.06 → 7 at 0.5
+    assert "(measured lead)" in measured.message
+
+
+@pytest.mark.parametrize(
+    ("syncs", "lead", "ahead"),
+    [
+        # 10 samples reach back 135 s: a measured lead of 600 s projects 135 s
+        (10, 600.0, 135.0),
+        # a full window (300 s: its samples reach back 285 s) projects 285 s
+        (20, 600.0, 285.0),
+        # a lead within the samples' reach is used whole
+        (20, 130.0, 130.0),
+    ],
+)
+def test_the_line_is_projected_no_farther_than_its_samples_reach_back(syncs: int, lead: float, ahead: float) -> None:
+    s = spec()
+    history = [(NOW - (syncs - 1 - i) * SYNC, 2.0 + 0.004 * i * SYNC) for i in range(syncs - 1)]  # +0.24 per minute
+    usage = 2.0 + 0.004 * (syncs - 1) * SYNC
+    step = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=lead, pending=None, serving=5, current=5)
+    assert step.recommendation == -(-(usage + 0.004 * ahead) // 0.5)
+    ((due, made, forecast),) = step.forecasts  # the forecast is judged when its projection comes due
+    assert due == NOW + ahead and made == pytest.approx(usage) and forecast == pytest.approx(usage + 0.004 * ahead)
+    assert f"in {ahead:.0f}s" in step.message
+    assert ("(the fit's span, short of the 600s measured lead)" in step.message) is (ahead < lead)
 
 
 def test_ramp_step_keeps_only_its_window_and_adds_nothing_when_off() -> None:
@@ -424,7 +447,8 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
     """Readings inside the SM rule's band: the count never falls, and a rise is always the ramp's.
 
     Every rise is sized between the least-squares line of the demand now and its value one lead
-    ahead (numpy's fit, computed here apart from trend.py), and at the projection itself while the
+    ahead, or as far ahead as its samples reach back if that is less (numpy's fit, computed here
+    apart from trend.py), and at the projection itself while the
     line's forecasts have come true (skill 1 or more, or none judged yet).
     """
     s = spec(targetSmActive=target, tolerance={"up": tu, "down": td}, stabilizationSeconds={"up": 0, "down": 0})
@@ -441,7 +465,8 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
         if d.desired_replicas > count:
             assert d.reason == "RisingLoad"
             window = [(t, u) for t, u in demand if now - t < s.ramp_lead.window_seconds]
-            projected = numpy_projection(window, now + s.ramp_lead.lead_seconds)
+            reach = min(float(s.ramp_lead.lead_seconds), window[-1][0] - window[0][0])
+            projected = numpy_projection(window, now + reach)
             level = numpy_projection(window, now)
             assert projected is not None and level is not None
             assert level / target - 1e-6 <= d.desired_replicas < projected / target + 1

@@ -386,7 +386,9 @@ class RampLead(ApiModel):
     rising line is a forecast, judged when its time comes: the lead orders the share of the rise
     that its recent forecasts made true (on a load that turns within minutes, a line through the
     rising half over-orders every crest), and the shortfall halves over each `windowSeconds`
-    without a judged forecast.
+    without a judged forecast. The line is projected no farther ahead than its samples reach back
+    (`windowSeconds` once the window is full): a pool whose start-up is longer leads by the window,
+    so raise `windowSeconds` to lead farther.
     """
 
     enabled: bool = Field(default=True, description="Turn the ramp lead on.")
@@ -394,7 +396,10 @@ class RampLead(ApiModel):
         default=300,
         ge=60,
         le=3600,
-        description="Demand samples fitted (a fit over minutes, so one burst does not read as a ramp).",
+        description=(
+            "Demand samples fitted (a fit over minutes, so one burst does not read as a ramp); also the "
+            "farthest ahead the line is projected."
+        ),
     )
     lead_seconds: int = Field(
         default=120,

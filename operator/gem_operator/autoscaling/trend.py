@@ -42,6 +42,16 @@ GPU-hours to 1.00-1.09 (HPA on RPS 0.85-0.94), and the wave family's cases worse
 GPU-hours from 13 to 12 of 24. Forecasts are recorded at their full rise whatever the skill, so the
 skill recovers as soon as the line is right again; they are dropped unjudged when the history
 restarts (an overload or a level shift: the reading then says nothing about the trend).
+
+**No farther ahead than it looks back.** The line is projected at most the span of the samples it
+was fitted over (`rampLead.windowSeconds` once the window is full, less after a restart): a slope
+read over two minutes says little about the demand seven minutes on, and what it over-orders the
+down window holds. On a fleet whose pods serve 7.5 minutes after creation (`bench/autoscaling_seeds.py
+--fleet slow-start`), a two-minute fit after an overload was projected 450 s ahead and ordered 49
+replicas for a crest that needed 28, and the down window held them: conversation seed 100 spent
+0.92 of static GPU-hours with more violation minutes than RPS, 0.76 with the cap (seeds 0-9 and
+the real hour: 18 -> 8 of 24 cases over 0.75 of static). A pool whose start-up is longer than the
+window leads by the window: raise `rampLead.windowSeconds` to lead farther.
 """
 
 from __future__ import annotations
@@ -193,7 +203,8 @@ def ramp_step(
         waiting, skill = judged_skill(waiting, skill, usage, now, elapsed=max(0.0, elapsed), half_life=window)
     if not rl.enabled or usage is None:
         return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill)
-    ahead = rl.lead_seconds if lead is None else lead
+    full = rl.lead_seconds if lead is None else lead
+    ahead = min(full, kept[-1][0] - kept[0][0])  # never farther ahead than the samples reach back
     fit = fitted_rise(kept, now + ahead)
     if fit is None or fit[1] <= 0:
         return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill)
@@ -203,9 +214,10 @@ def ramp_step(
     trusted = 1.0 if skill is None else min(1.0, skill)
     want = ceil_((level + trusted * (projected - level)) / target)
     learned = "measured" if lead is not None else "rampLead.leadSeconds"
+    reach = f"{learned} lead" if ahead >= full else f"the fit's span, short of the {full:.0f}s {learned} lead"
     msg = (
         f"demand rising {slope * 60:.2f}/min in SM-active terms over {len(kept)} syncs: "
-        f"{projected:.2f} in {ahead:.0f}s ({learned} lead)"
+        f"{projected:.2f} in {ahead:.0f}s ({reach})"
     )
     if trusted < 1.0:
         msg += f", {trusted:.0%} of that rise (the share of its recent forecasts that came true)"
