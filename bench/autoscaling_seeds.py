@@ -1,8 +1,8 @@
 """Seed sweep: the autoscaling policy against HPA on RPS at equal GPU-hours over other draws of traffic.
 
 Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--family poisson-hour|conversation|wave]
-          [--fleet batching|single-server] [--shared] [--azure-conversation] [--without-ramp-lead]
-          [--service MANIFEST.yaml] [--max-replicas N]
+          [--fleet batching|single-server|slow-start] [--shared] [--azure-conversation] [--without-ramp-lead]
+          [--service MANIFEST.yaml] [--max-replicas N] [--set KEY=VALUE ...] [--model KEY=VALUE ...]
 
 `bench/autoscaling_replay.py` judges a few draws of each trace family. Tuning to a few draws is
 easy; this runs one one-hour family (`--family`: the Poisson swing with a 3x flash crowd at minute
@@ -22,6 +22,12 @@ lower SM target; `slow-start` is the default curve with a 420 s model load, so a
 7.5 minutes after creation (a large model pulled without a node cache): longer than the ramp lead's
 window and half of the bench's scale-down window.
 
+Other services and fleets: `--set` replaces a field of the replayed RankingService's spec (a dotted
+camelCase path as in a manifest, e.g. `--set autoscaling.stabilizationSeconds.down=0`) and `--model`
+a key of the fleet's service model (the keys of a `gemop replay --profile` file, e.g. `--model
+throughput_per_replica=2500` for a pool of two or three replicas). Both are validated as the
+operator and `gemop replay` validate them; a bad one stops the sweep naming the option and field.
+
 Printed: one line per case, then how many cases the policy had more violation minutes than RPS
 at equal GPU-hours, how many spent more than 1.05x RPS's GPU-hours at as few violation minutes,
 the minutes in all on both sides, and how many cases spent more than 0.75 of static GPU-hours.
@@ -35,9 +41,12 @@ the verdicts).
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
+from typing import Any
 
+import yaml
 from autoscaling_replay import (  # bench/ on sys.path
     GPU_SLACK,
     GPU_TARGET,
@@ -55,7 +64,7 @@ from pydantic import ValidationError
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, simulate
-from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
+from gem_operator.replay.service_model import ProfileError, ServiceModel, single_server_p99_curve
 from gem_operator.replay.traces import TraceError, load_service
 
 FAMILIES = {
@@ -68,6 +77,31 @@ FLEETS = {
     "single-server": lambda: ServiceModel(latency_p99_ms=single_server_p99_curve(0.005)),
     "slow-start": lambda: ServiceModel(model_load_seconds=420.0),
 }
+
+
+def assignment(text: str) -> tuple[str, Any]:
+    """KEY=VALUE as (KEY, VALUE read as YAML)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{key}: the value {raw!r} is not YAML ({exc.__class__.__name__})") from exc
+
+
+def with_field(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """`doc` with the dotted path `key` set to `value` (missing mappings on the way are created)."""
+    out = copy.deepcopy(doc)
+    node = out
+    *parents, leaf = key.split(".")
+    for i, part in enumerate(parents):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ValueError(f"{key}: {'.'.join(parents[: i + 1])} is {child!r}, not a mapping")
+        node = child
+    node[leaf] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +122,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--without-ramp-lead", action="store_true", help="the policy with rampLead.enabled: false, for comparison"
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace one field of the service's spec: a dotted camelCase path as in a manifest, the value read "
+        "as YAML (e.g. autoscaling.stabilizationSeconds.down=0, slo.p99LatencyMs=100); repeatable",
+    )
+    ap.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace one key of the fleet's service model, as in a `gemop replay --profile` file (e.g. "
+        "model_load_seconds=420, throughput_per_replica=1000); repeatable",
+    )
     args = ap.parse_args(argv)
     try:
         a, b = (int(x) for x in args.seeds.split(":"))
@@ -96,6 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     if b <= a:
         ap.error(f"--seeds: empty range {args.seeds!r}; B must be above A")
     model = FLEETS[args.fleet]()
+    if args.model:
+        keys = {k: v for k, v in model.describe().items() if k != "source"}
+        try:
+            keys.update(assignment(text) for text in args.model)
+        except ValueError as exc:
+            ap.error(f"--model: {exc}")
+        try:
+            model = ServiceModel.from_mapping(keys, where="--model")
+        except ProfileError as exc:
+            ap.error(str(exc))
     service = SERVICE
     if args.service:
         try:
@@ -107,9 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.without_ramp_lead:
         service = {**service, "autoscaling": {**service["autoscaling"], "rampLead": {"enabled": False}}}
     try:
+        for text in args.set:
+            service = with_field(service, *assignment(text))
+    except ValueError as exc:
+        ap.error(f"--set: {exc}")
+    try:
         spec = RankingServiceSpec.model_validate(service)
     except ValidationError as exc:
-        ap.error(f"--max-replicas: {exc.errors()[0]['msg']}")
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        option = "--max-replicas" if where == "autoscaling.maxReplicas" and args.max_replicas is not None else "--set"
+        ap.error(f"{option}: {where}: {err['msg']}")
     cases = [("shared", shared_trace(model, spec))] if args.shared else []
     if args.azure_conversation:
         cases += [("azure", azure_conversation()), ("azure-tok", azure_conversation(tokens=True))]
@@ -118,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     total_pol = total_rps = 0.0
     extra = " and the shared trace" if args.shared else ""
     extra += " and the real conversation hour" if args.azure_conversation else ""
-    print(f"fleet {args.fleet}; family {args.family}, seeds {a}..{b - 1}{extra}")
+    changed = "".join(f" {text}" for text in (*args.model, *args.set))
+    print(f"fleet {args.fleet}; family {args.family}, seeds {a}..{b - 1}{extra}{'; with' + changed if changed else ''}")
     for name, sc in cases:
         for mode in MODES:
             load = sc.series(mode)

@@ -1,4 +1,4 @@
-"""The seed sweep's service options: bad input stops it with the option and the cause, before any run."""
+"""The seed sweep's service and model options: bad input stops it with the option and the cause, before any run."""
 
 from __future__ import annotations
 
@@ -21,8 +21,33 @@ SWEEP = ROOT / "bench" / "autoscaling_seeds.py"
         pytest.param(["--service", str(ROOT / "pyproject.toml")], "--service:", id="not-a-manifest"),
         pytest.param(
             ["--service", str(ROOT / "crds/samples/rankingservice.yaml"), "--max-replicas", "0"],
-            "--max-replicas: Input should be greater than or equal to 1",
+            "--max-replicas: autoscaling.maxReplicas: Input should be greater than or equal to 1",
             id="max-replicas-zero",
+        ),
+        pytest.param(
+            ["--set", "autoscaling.stabilizationSeconds.down=-1"],
+            "--set: autoscaling.stabilizationSeconds.down: Input should be greater than or equal to 0",
+            id="set-out-of-range",
+        ),
+        pytest.param(
+            ["--set", "autoscaling.bogus=1"],
+            "--set: autoscaling.bogus: Extra inputs are not permitted",
+            id="set-unknown",
+        ),
+        pytest.param(
+            ["--set", "slo.p99LatencyMs.x=3"],
+            "--set: slo.p99LatencyMs.x: slo.p99LatencyMs is 40, not a mapping",
+            id="set-into-a-number",
+        ),
+        pytest.param(["--set", "down"], "--set: expected KEY=VALUE, got 'down'", id="set-no-value"),
+        pytest.param(
+            ["--model", "model_load_seconds=-5"], "--model: model_load_seconds must be positive", id="model-negative"
+        ),
+        pytest.param(["--model", "nope=1"], "--model: unknown keys ['nope']; known keys are", id="model-unknown"),
+        pytest.param(
+            ["--model", "throughput_per_replica=[1"],
+            "--model: throughput_per_replica: the value '[1' is not YAML",
+            id="model-not-yaml",
         ),
     ],
 )
@@ -33,3 +58,19 @@ def test_bad_service_input_names_the_option(args: list[str], says: str) -> None:
     assert out.returncode == 2, out.stdout + out.stderr
     assert says in out.stderr
     assert "fleet" not in out.stdout  # stopped before any case ran
+
+
+def test_a_changed_service_and_model_are_replayed() -> None:
+    """--set and --model reach the replay: a 0 s down window and a 7.5-minute start-up change the cases."""
+
+    def sweep(*extra: str) -> list[str]:
+        args = [sys.executable, str(SWEEP), "--seeds", "0:1", "--family", "wave", *extra]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout.splitlines()
+
+    plain = sweep()
+    changed = sweep("--set", "autoscaling.stabilizationSeconds.down=0", "--model", "model_load_seconds=420")
+    assert changed[0].endswith("; with model_load_seconds=420 autoscaling.stabilizationSeconds.down=0")
+    assert len(plain) == len(changed) == 4  # the header, two scale modes, the summary
+    assert plain[1:3] != changed[1:3]
