@@ -43,6 +43,13 @@ def obs(values: list[float], *, loading: int = 0, now: float) -> Observation:
     return Observation(current_replicas=len(pods), pods=pods, metrics=MetricReading(samples=samples))
 
 
+def rising(syncs: int) -> tuple[list[tuple[float, float]], float]:
+    """`syncs` samples of demand rising 0.24 SM-active per minute, 15 s apart and ending now, as
+    (the history before this sync, this sync's reading)."""
+    history = [(NOW - (syncs - 1 - i) * SYNC, 2.0 + 0.004 * i * SYNC) for i in range(syncs - 1)]
+    return history, 2.0 + 0.004 * (syncs - 1) * SYNC
+
+
 # --------------------------------------------------------------------------- the fit
 
 
@@ -130,8 +137,7 @@ def test_learn_lead(
 
 def test_ramp_step_projects_one_lead_ahead_at_the_target() -> None:
     s = spec()
-    history = [(NOW - (9 - i) * SYNC, 2.0 + 0.004 * i * SYNC) for i in range(9)]  # +0.24 per minute
-    usage = 2.0 + 0.004 * 9 * SYNC
+    history, usage = rising(10)
     step = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5)
     projected = usage + 0.004 * 120  # rampLead.leadSeconds before one is measured
     assert step.recommendation == 7 == -(-projected // 0.5)
@@ -155,8 +161,7 @@ def test_ramp_step_projects_one_lead_ahead_at_the_target() -> None:
 )
 def test_the_line_is_projected_no_farther_than_its_samples_reach_back(syncs: int, lead: float, ahead: float) -> None:
     s = spec()
-    history = [(NOW - (syncs - 1 - i) * SYNC, 2.0 + 0.004 * i * SYNC) for i in range(syncs - 1)]  # +0.24 per minute
-    usage = 2.0 + 0.004 * (syncs - 1) * SYNC
+    history, usage = rising(syncs)
     step = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=lead, pending=None, serving=5, current=5)
     assert step.recommendation == -(-(usage + 0.004 * ahead) // 0.5)
     ((due, made, forecast),) = step.forecasts  # the forecast is judged when its projection comes due
@@ -227,8 +232,7 @@ def test_the_skill_recovers_between_judged_forecasts(
 
 def test_a_line_with_little_skill_orders_that_share_of_its_rise() -> None:
     s = spec()
-    history = [(NOW - (9 - i) * SYNC, 2.0 + 0.004 * i * SYNC) for i in range(9)]  # +0.24 per minute
-    usage = 2.0 + 0.004 * 9 * SYNC  # 2.54; the line projects 3.02 one lead (120 s) ahead
+    history, usage = rising(10)  # 2.54 now; the line projects 3.02 one lead (120 s) ahead
     whole = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5)
     half = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.5)
     none = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.0)
@@ -448,8 +452,8 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
 
     Every rise is sized between the least-squares line of the demand now and its value one lead
     ahead, or as far ahead as its samples reach back if that is less (numpy's fit, computed here
-    apart from trend.py), and at the projection itself while the
-    line's forecasts have come true (skill 1 or more, or none judged yet).
+    apart from trend.py), and at the projection itself while the line's forecasts have come true
+    (skill 1 or more, or none judged yet).
     """
     s = spec(targetSmActive=target, tolerance={"up": tu, "down": td}, stabilizationSeconds={"up": 0, "down": 0})
     state = ScalerState()
