@@ -17,12 +17,15 @@ from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.trend import (
     MAX_REALISED,
     MIN_SAMPLES,
+    PEAK_HISTORY_SECONDS,
     SKILL_WEIGHT,
+    earlier_peak,
     fitted_rise,
     judged_skill,
     learn_lead,
     level_shift,
     ramp_step,
+    remember_peak,
     without_ramp_lead,
 )
 
@@ -323,6 +326,113 @@ def test_the_skill_is_kept_in_state() -> None:
     assert back == d.state
 
 
+# --------------------------------------------------------------------------- the hour's earlier peak
+
+
+@pytest.mark.parametrize(
+    ("peaks", "usage", "now", "expected"),
+    [
+        # the first reading of a minute opens it
+        ((), 2.0, 120.0, ((120.0, 2.0),)),
+        # a later reading of the same minute keeps the higher one
+        (((120.0, 2.0),), 1.5, 150.0, ((120.0, 2.0),)),
+        (((120.0, 2.0),), 2.5, 175.0, ((120.0, 2.5),)),
+        # the next minute opens its own
+        (((120.0, 2.0),), 1.0, 185.0, ((120.0, 2.0), (180.0, 1.0))),
+        # minutes older than an hour are forgotten
+        (((0.0, 9.0), (60.0, 3.0)), 1.0, PEAK_HISTORY_SECONDS + 30.0, ((60.0, 3.0), (3600.0, 1.0))),
+        # no reading: only the forgetting
+        (((0.0, 9.0), (60.0, 3.0)), None, PEAK_HISTORY_SECONDS + 30.0, ((60.0, 3.0),)),
+    ],
+)
+def test_remember_peak(
+    peaks: tuple[tuple[float, float], ...], usage: float | None, now: float, expected: tuple[tuple[float, float], ...]
+) -> None:
+    assert remember_peak(peaks, usage, now) == expected
+
+
+def test_earlier_peak_counts_only_minutes_that_ended_before_the_fit() -> None:
+    peaks = ((0.0, 3.0), (60.0, 5.0), (120.0, 9.0))
+    assert earlier_peak(peaks, 120.0) == 5.0  # the minute from 120 s has not ended by then
+    assert earlier_peak(peaks, 180.0) == 9.0
+    assert earlier_peak(peaks, 59.0) is None
+
+
+def wave_return(peak: float) -> tuple[list[tuple[float, float]], float, tuple[tuple[float, float], ...]]:
+    """A rise (`rising(20)`, reaching 3.14 now) with `peak` remembered from ten minutes ago."""
+    history, usage = rising(20)
+    return history, usage, ((NOW - 600.0 - NOW % 60, peak),)
+
+
+@pytest.mark.parametrize(
+    ("peak", "want", "capped"),
+    [
+        # demand (3.14) below an earlier peak of 3.3: lead to 3.3, not to the line's 3.62
+        (3.3, 7, True),
+        # an earlier peak above the line: the line's own order (3.62 at 0.5 → 8)
+        (4.0, 8, False),
+        # demand above the earlier peak: a new high, the line leads in full
+        (3.0, 8, False),
+    ],
+)
+def test_a_return_to_an_earlier_level_leads_no_farther_than_its_peak(peak: float, want: int, capped: bool) -> None:
+    history, usage, peaks = wave_return(peak)
+    step = ramp_step(
+        spec(), history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, peaks=peaks
+    )
+    assert step.recommendation == want
+    assert ("no farther than the hour's earlier peak" in step.message) is capped
+    # The line's own forecast is recorded whatever the cap, so its skill is judged on the line.
+    ((_, _, forecast),) = step.forecasts
+    assert forecast == pytest.approx(usage + 0.004 * 120)
+    assert step.peaks[-1] == (NOW - NOW % 60, usage)
+
+
+def test_a_peak_inside_the_fit_window_does_not_cap_it() -> None:
+    history, usage = rising(20)
+    inside = ((NOW - 120.0 - NOW % 60, 3.3),)  # a minute within the last 300 s: part of the rise itself
+    step = ramp_step(
+        spec(), history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, peaks=inside
+    )
+    assert step.recommendation == 8
+
+
+def test_the_peaks_are_kept_in_state_and_through_an_overload() -> None:
+    s = spec()
+    state = ScalerState(demand_peaks=((NOW - 600.0, 4.0),))
+    d = desired_replicas(s, state, obs([0.5, 0.5, 0.5, 0.5], now=NOW), NOW)
+    assert d.state.demand_peaks == ((NOW - 600.0, 4.0), (NOW - NOW % 60, 2.0))
+    back = ScalerState.from_dict(json.loads(json.dumps(d.state.to_dict())))
+    assert back == d.state
+    over = ramp_step(
+        s,
+        (),
+        9.0,
+        0.5,
+        NOW + 60,
+        lead_seconds=None,
+        pending=None,
+        serving=4,
+        current=4,
+        overloaded=True,
+        peaks=d.state.demand_peaks,
+    )
+    assert over.usage == () and over.peaks[-1] == (NOW + 60 - (NOW + 60) % 60, 9.0)
+
+
+def test_an_hour_of_a_short_wave_holds_no_more_than_its_crest_needs() -> None:
+    """An 11-minute wave of +-30 % through the policy: after the first crest, the ramp lead orders
+    no more than the crest needs (a line through each rising half ordered a lead's worth of slope
+    above every crest, and the down window held it for the hour)."""
+    s = spec(tolerance={"up": 0.1, "down": 0.1}, stabilizationSeconds={"down": 900})
+    wave = [6.0 * (1 + 0.3 * np.sin(2 * np.pi * i * SYNC / 660)) for i in range(240)]
+    crest_needs = -(-max(wave) // 0.5)
+    held = [n for n, _ in run(s, wave, 12)]
+    assert max(held[:44]) > crest_needs + 1  # the first crest: no earlier peak to stop at
+    # Once the down window has let the first crest's order go, the pool holds what the crest needs.
+    assert max(held[120:]) <= crest_needs
+
+
 # --------------------------------------------------------------------------- through the policy
 
 
@@ -384,6 +494,8 @@ def test_learned_lead_is_kept_in_state() -> None:
         {"leadSeconds": "nan"},
         {"rampForecasts": [[1.0, 2.0]]},
         {"rampSkill": "inf"},
+        {"demandPeaks": [[1.0]]},
+        {"demandPeaks": [[1.0, "nan"]]},
     ],
 )
 def test_malformed_ramp_state_is_forgotten(bad: dict[str, Any]) -> None:

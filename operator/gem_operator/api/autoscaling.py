@@ -388,7 +388,10 @@ class RampLead(ApiModel):
     rising half over-orders every crest), and the shortfall halves over each `windowSeconds`
     without a judged forecast. The line is projected no farther ahead than its samples reach back
     (`windowSeconds` once the window is full): a pool whose start-up is longer leads by the window,
-    so raise `windowSeconds` to lead farther.
+    so raise `windowSeconds` to lead farther. While demand reads at or below the highest demand of
+    the last hour before the window, the line orders no farther than that earlier peak: a load
+    returning to a level it has reached is a wave, and a line through its rising half projects past
+    the crest. A new high gets the full lead.
     """
 
     enabled: bool = Field(default=True, description="Turn the ramp lead on.")
@@ -450,7 +453,8 @@ class AutoscalingSpec(ApiModel):
             "On a rising load, scale for the demand one lead ahead: a least-squares line through the demand "
             "of the last windowSeconds (300 s), projected by the measured time from a scale-up to serving "
             "pods (leadSeconds, 120 s, until measured). It only raises the recommendation; the samples "
-            "restart while the pool is overloaded."
+            "restart while the pool is overloaded; while demand is no higher than the last hour's earlier "
+            "peak it leads no farther than that peak."
         ),
     )
     hysteresis: Hysteresis = Field(

@@ -94,6 +94,7 @@ def conclude(
         lead_seconds=ramp.lead_seconds,
         ramp_forecasts=ramp.forecasts,
         ramp_skill=ramp.skill,
+        demand_peaks=ramp.peaks,
         scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
         slo_last_release=now if stable.released else state.slo_last_release,
     )

@@ -42,7 +42,10 @@ Steps, in order:
    (120 s until measured). Only ever higher than the SM rule's; inside its tolerance band too
    (waiting for the band is what makes a ramp's replica late); the history restarts while the
    pool is overloaded and when demand jumps by more than half between two syncs, so a step is
-   not read as a ramp. Recorded in the stabilisation history like any recommendation.
+   not read as a ramp. While demand is no higher than the highest it read in the last hour before
+   the fit's window, the line orders no farther than that earlier peak (a wave returns to its
+   crest; a line through its rising half projects past it). Recorded in the stabilisation history
+   like any recommendation.
 2. **Hold.** No usable signal (source error, no sample, every sample stale, no Ready pod) ⇒
    keep the current count (bounds still apply) and report `MetricsUnavailable`. Never a
    scale-down on missing data.

@@ -52,6 +52,8 @@ class ScalerState:
         forecasts awaiting their time.
     ramp_skill: the share of the ramp lead's forecast rises that came true, a running mean (None:
         none judged yet).
+    demand_peaks: (minute, highest demand read in it) for the last hour: the ramp lead leads no
+        farther than the earlier peak while demand is below it.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -78,6 +80,7 @@ class ScalerState:
     slo_last_release: float | None = None
     ramp_forecasts: tuple[tuple[float, float, float], ...] = ()
     ramp_skill: float | None = None
+    demand_peaks: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -109,6 +112,8 @@ class ScalerState:
             out["rampForecasts"] = [list(f) for f in self.ramp_forecasts]
         if self.ramp_skill is not None:
             out["rampSkill"] = self.ramp_skill
+        if self.demand_peaks:
+            out["demandPeaks"] = [[t, u] for t, u in self.demand_peaks]
         return out
 
     @classmethod
@@ -147,6 +152,7 @@ class ScalerState:
                 slo_last_release=_opt(data.get("sloLastRelease")),
                 ramp_forecasts=tuple((_finite(d), _finite(m), _finite(f)) for d, m, f in data.get("rampForecasts", [])),
                 ramp_skill=_opt(data.get("rampSkill")),
+                demand_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("demandPeaks", [])),
             )
         except (TypeError, ValueError, IndexError):
             return cls()

@@ -52,6 +52,18 @@ replicas for a crest that needed 28, and the down window held them: conversation
 0.92 of static GPU-hours with more violation minutes than RPS, 0.76 with the cap (seeds 0-9 and
 the real hour: 18 -> 8 of 24 cases over 0.75 of static). A pool whose start-up is longer than the
 window leads by the window: raise `rampLead.windowSeconds` to lead farther.
+
+**No farther than the hour's earlier peak.** The highest demand of each minute is remembered for
+an hour. While demand reads at or below the highest of the minutes before the fit's window, the line
+orders at most for that earlier peak: the load is returning to a level it has reached before, as a
+wave does, and a line through a wave's rising half projects past its crest (the last minutes of a
+rise bend over; a straight line does not). Demand that passes the earlier peak is a new high, and
+the line leads in full. The skill alone did not stop it: between two rising halves nothing is
+judged, the skill recovers, and the order near each crest, the largest, is the one the down window
+keeps. Measured with the bench's service (`bench/autoscaling_seeds.py --family wave`, and waves of
+7-17 minutes): the pool held 26 replicas for an hour through an 11-minute wave whose crests
+needed 21 (RPS held 21): 1.08 of static GPU-hours, 0.95 with the rule; the 7-minute wave 1.12 ->
+0.98 (the rest is the queue's answer to the first crest's overload).
 """
 
 from __future__ import annotations
@@ -73,6 +85,10 @@ SKILL_WEIGHT = 0.1
 """Weight of the newest judged forecast in the line's skill (about the last ten: two or three minutes of syncs)."""
 MAX_REALISED = 2.0
 """A forecast's realised share of its rise counts at most this (symmetric about 1: noise does not bias the skill)."""
+PEAK_HISTORY_SECONDS = 3600.0
+"""How long the highest demand of each minute is remembered (the earlier peak the lead stops at)."""
+PEAK_BUCKET_SECONDS = 60.0
+"""One remembered peak per minute: an hour of them is 60 values in the carried state, not 240 syncs."""
 MAX_FORECASTS = 256
 """Forecasts awaiting their time are kept at most this many (the longest lead, 30 min, at 15 s syncs is 120)."""
 
@@ -91,6 +107,7 @@ class RampStep:
     message: str = ""
     forecasts: tuple[Forecast, ...] = ()  # rising forecasts awaiting their time
     skill: float | None = None  # the line's skill so far (None: no forecast judged yet)
+    peaks: tuple[tuple[float, float], ...] = ()  # the highest demand of each minute of the last hour
 
 
 def fitted_rise(samples: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
@@ -137,6 +154,26 @@ def judged_skill(
     return tuple(waiting[-MAX_FORECASTS:]), skill
 
 
+def remember_peak(
+    peaks: Sequence[tuple[float, float]], usage: float | None, now: float
+) -> tuple[tuple[float, float], ...]:
+    """(minute, highest demand read in it) for each minute of the last hour, with `usage` read now."""
+    kept = [(t, u) for t, u in peaks if t > now - PEAK_HISTORY_SECONDS]
+    if usage is None:
+        return tuple(kept)
+    minute = now - now % PEAK_BUCKET_SECONDS
+    if kept and kept[-1][0] == minute:
+        kept[-1] = (minute, max(kept[-1][1], usage))
+    else:
+        kept.append((minute, usage))
+    return tuple(kept)
+
+
+def earlier_peak(peaks: Sequence[tuple[float, float]], before: float) -> float | None:
+    """The highest demand of the remembered minutes that ended by `before` (None: none did)."""
+    return max((u for t, u in peaks if t + PEAK_BUCKET_SECONDS <= before), default=None)
+
+
 def level_shift(samples: Sequence[tuple[float, float]], usage: float) -> bool:
     """True when demand moves by more than LEVEL_SHIFT of itself since the last sync: a new level
     (a flash crowd's start or end, a step), not a ramp's next step. A ramp moves a few percent per
@@ -180,6 +217,7 @@ def ramp_step(
     overloaded: bool = False,
     forecasts: Sequence[Forecast] = (),
     skill: float | None = None,
+    peaks: Sequence[tuple[float, float]] = (),
 ) -> RampStep:
     """Advance the ramp lead by one sync: keep the demand sample, time scale-ups, project the fit.
 
@@ -192,8 +230,9 @@ def ramp_step(
     window = float(rl.window_seconds)
     lead, pending = learn_lead(lead_seconds, pending, serving, current, now)
     waiting = tuple(forecasts)
+    hour = remember_peak(peaks, usage, now)
     if overloaded:
-        return RampStep(None, (), lead, pending, skill=skill)
+        return RampStep(None, (), lead, pending, skill=skill, peaks=hour)
     kept = tuple((t, u) for t, u in history if now - window < t < now)
     if usage is not None and level_shift(kept, usage):
         kept, waiting = (), ()
@@ -202,17 +241,22 @@ def ramp_step(
         elapsed = now - history[-1][0] if history else 0.0
         waiting, skill = judged_skill(waiting, skill, usage, now, elapsed=max(0.0, elapsed), half_life=window)
     if not rl.enabled or usage is None:
-        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill)
+        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour)
     full = rl.lead_seconds if lead is None else lead
     ahead = min(full, kept[-1][0] - kept[0][0])  # never farther ahead than the samples reach back
     fit = fitted_rise(kept, now + ahead)
     if fit is None or fit[1] <= 0:
-        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill)
+        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour)
     projected, slope = fit
     level = projected - slope * ahead  # the line at this sync
     waiting = (*waiting, (now + ahead, level, projected))[-MAX_FORECASTS:]
     trusted = 1.0 if skill is None else min(1.0, skill)
-    want = ceil_((level + trusted * (projected - level)) / target)
+    lead_to = level + trusted * (projected - level)
+    peak = earlier_peak(hour, now - window)
+    capped = False
+    if peak is not None and usage <= peak < lead_to:  # returning to a level it has reached: lead no higher
+        lead_to, capped = peak, True
+    want = ceil_(lead_to / target)
     learned = "measured" if lead is not None else "rampLead.leadSeconds"
     reach = f"{learned} lead" if ahead >= full else f"the fit's span, short of the {full:.0f}s {learned} lead"
     msg = (
@@ -221,8 +265,10 @@ def ramp_step(
     )
     if trusted < 1.0:
         msg += f", {trusted:.0%} of that rise (the share of its recent forecasts that came true)"
+    if capped:
+        msg += f", no farther than the hour's earlier peak {lead_to:.2f} (demand has been there before),"
     msg += f" needs {want} replicas"
-    return RampStep(want, kept, lead, pending, msg, waiting, skill)
+    return RampStep(want, kept, lead, pending, msg, waiting, skill, hour)
 
 
 def without_ramp_lead(spec: AutoscalingSpec) -> AutoscalingSpec:
@@ -234,13 +280,17 @@ __all__ = [
     "LEVEL_SHIFT",
     "MAX_REALISED",
     "MIN_SAMPLES",
+    "PEAK_BUCKET_SECONDS",
+    "PEAK_HISTORY_SECONDS",
     "SKILL_WEIGHT",
     "Forecast",
     "RampStep",
+    "earlier_peak",
     "fitted_rise",
     "judged_skill",
     "learn_lead",
     "level_shift",
     "ramp_step",
+    "remember_peak",
     "without_ramp_lead",
 ]

@@ -119,6 +119,7 @@ def read_signals(
         overloaded=sig.overloaded,
         forecasts=state.ramp_forecasts,
         skill=state.ramp_skill,
+        peaks=state.demand_peaks,
     )
     if ramp.recommendation is not None and sig.recommendation is not None:
         values["rampLead"] = float(ramp.recommendation)
