@@ -53,7 +53,7 @@ class ScalerState:
     ramp_skill: the share of the ramp lead's forecast rises that came true, a running mean (None:
         none judged yet).
     demand_peaks: (minute, highest demand read in it) for the last hour: the ramp lead leads no
-        farther than the earlier peak while demand is below it.
+        farther than the earlier peak while demand is at or below it.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
