@@ -14,7 +14,7 @@ Steps, in order:
    between `minTargetFraction` (0.5) and `maxTargetFraction` (1.1) x `targetSmActive`: at most
    one move per `decreaseIntervalSeconds` (60 s), only on a p99 outside the band for a whole such
    window of a quiet pool (no pod starting, not overloaded, for a window), and a rise reaches at
-   most 1.15x the SM active the p99 was read at. The earlier controller (`ratchet`, `slo.py`)
+   most 1.10x the SM active the p99 was read at. The earlier controller (`ratchet`, `slo.py`)
    drops 10 % while p99 > 0.7 x SLO and creeps back 5 % per 600 s. Either lives in `ScalerState`;
    without a latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh
    p99 is over the SLO the pool does not scale down; scale-up ignores the up tolerance band while
