@@ -136,7 +136,7 @@ def bench_module(name: str) -> ModuleType:
 def test_a_raise_holds_on_a_fleet_whose_sm_active_idles_high() -> None:
     """SM active 0.3 idle, 0.75 at full load: a step of SM active is a larger step of work per pod.
     Three generated conversation hours through the replay: the raises stay within what the p99
-    holds, so the hours keep the issue's 3 % of minutes over the SLO (a 15 % reach spent 12 of
+    holds, so the hours keep the bench's target of 3 % of minutes over the SLO (a 15 % reach spent 12 of
     171 judged minutes over it, 8 in one hour)."""
     scenarios, replay = bench_module("autoscaling_scenarios"), bench_module("autoscaling_replay")
     service = {**replay.SERVICE, "autoscaling": {**replay.SERVICE["autoscaling"], "targetSmActive": 0.55}}
