@@ -433,6 +433,19 @@ def test_an_hour_of_a_short_wave_holds_no_more_than_its_crest_needs() -> None:
     assert max(held[120:]) <= crest_needs
 
 
+def test_a_wave_through_a_small_pool_is_not_let_go_and_ordered_back() -> None:
+    """A 22-minute wave whose crests need 6 replicas: the down window lets a crest go as the next
+    rise begins, and the ramp lead's next order took the scale-down back within a minute (two
+    direction changes and a pod start for the same load). The scale-down now stops at what the
+    rising line needs."""
+    s = spec(tolerance={"up": 0.1, "down": 0.1}, stabilizationSeconds={"down": 900})
+    wave = [1.95 + 0.75 * np.sin(2 * np.pi * i * SYNC / 1320) for i in range(480)]
+    held = [n for n, _ in run(s, wave, 5)]
+    flips = [i for i in range(1, len(held) - 4) if held[i] < held[i - 1] and max(held[i : i + 5]) > held[i]]
+    assert flips == []
+    assert max(held) == 6
+
+
 # --------------------------------------------------------------------------- through the policy
 
 

@@ -13,7 +13,7 @@ from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample, PodState
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.steps.hysteresis import as_hpa, hold_reversal, remember_direction
+from gem_operator.autoscaling.steps.hysteresis import as_hpa, hold_for_ramp_lead, hold_reversal, remember_direction
 from gem_operator.autoscaling.steps.limits import Limited
 from gem_operator.autoscaling.steps.observe import observe
 
@@ -51,6 +51,29 @@ def test_a_reversing_scale_down_waits_for_the_budget(
     assert (out.replicas == 5) == held
     if held:
         assert out.limits[-1].reason == "DirectionChangeBudget" and out.limits[-1].wanted == wanted
+
+
+@pytest.mark.parametrize(
+    ("needs", "wanted", "kept"),
+    [
+        pytest.param(4, 3, 4, id="a-scale-down-stops-at-what-the-rising-line-needs"),
+        pytest.param(9, 3, 5, id="never-above-the-current-count"),
+        pytest.param(3, 3, 3, id="a-scale-down-the-line-allows-passes"),
+        pytest.param(None, 3, 3, id="no-rising-line-no-hold"),
+        pytest.param(7, 6, 6, id="a-scale-up-passes"),
+        pytest.param(7, 5, 5, id="no-change-passes"),
+    ],
+)
+def test_a_scale_down_stops_at_the_ramp_leads_need(needs: int | None, wanted: int, kept: int) -> None:
+    s = spec()
+    seen = observe(s, ScalerState(), pool(5, 0.5, T0), T0)
+    out = hold_for_ramp_lead(needs, seen, Limited(wanted))
+    assert out.replicas == kept
+    if kept != wanted:
+        assert out.limits[-1].reason == "RampLead" and out.limits[-1].wanted == wanted
+        assert out.limits[-1].allowed == kept and f"needs {needs} replicas" in out.limits[-1].message
+    else:
+        assert out.limits == ()
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,12 @@ from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import NOT_LIMITED, Decision, Limit, Reason, render
 from gem_operator.autoscaling.observation import Observation
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.steps.hysteresis import hold_reversal, release_fits, remember_direction
+from gem_operator.autoscaling.steps.hysteresis import (
+    hold_for_ramp_lead,
+    hold_reversal,
+    release_fits,
+    remember_direction,
+)
 from gem_operator.autoscaling.steps.limits import Limited, apply_panic, cap, limit_rate
 from gem_operator.autoscaling.steps.measure import Signals, read_signals
 from gem_operator.autoscaling.steps.observe import Observed, observe
@@ -45,6 +50,7 @@ def decide(
     rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)
     if not rec.at_once:  # an idle or yielding precompute pool gives its GPUs back whatever the budget
         rated = hold_reversal(spec, state, seen, rated, now, confirmed=sig.slo.release is not None)
+        rated = hold_for_ramp_lead(sig.ramp.recommendation, seen, rated)
     reasons = (*rec.reasons, *stable.reasons, *sig.slo.reasons, *panicked.reasons, *rated.reasons)
     limits = rated.limits
     if rec.yielding:

@@ -79,7 +79,8 @@ Steps, in order:
    holds `maxDirectionChangesPerHour - 2` (2) direction changes, or `- 1` (3) when the p99 shows
    room below the SLO loop's band, so no hour holds more than 4 (`DirectionChangeBudget`),
    and one giving back fewer than min(2, tolerance.down x replicas) replicas always waits;
-   scale-up is never held.
+   scale-up is never held. No scale-down goes below what the ramp lead's rising line needs one
+   lead ahead (`RampLead`): its next order would take the scale-down back.
 7. **Bounds:** `minReplicas..maxReplicas`. A RankingService keeps its last replica (SM active
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero
    through the scale subresource).

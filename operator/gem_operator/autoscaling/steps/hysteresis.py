@@ -78,6 +78,33 @@ def hold_reversal(
     return Limited(seen.current, (*wanted.limits, limit), (*wanted.reasons, reason))
 
 
+def hold_for_ramp_lead(ramp_needs: int | None, seen: Observed, wanted: Limited) -> Limited:
+    """`wanted`, or, on a scale-down, no fewer than the replicas the ramp lead's rising line needs
+    one lead ahead (`ramp_needs`; None: the line does not rise), and never more than the current
+    count.
+
+    The ramp lead raises a recommendation only above the current count, so on its own it cannot
+    stop the down window from letting go of a crest's peak while the next rise has begun. The next
+    sync's order then reverses that scale-down: a pod stopped and another started for the same
+    load, two direction changes of the hour's budget. Measured with a pool of 4-6 replicas
+    (`bench/autoscaling_seeds.py --family wave --seeds 100:103 --model throughput_per_replica=1000`):
+    seed 100, independent, went 5 -> 4 -> 5 within 15 s at minutes 24 and 48 and ordered a sixth
+    replica at minute 29 for crests that need 4.5; 1.048 of static GPU-hours, 0.993 with the rule.
+    Over eleven variants of service and fleet (198 cases) the cases dearer than 1.05x HPA on RPS
+    at as few violation minutes went 46 -> 42; the bench's own sweeps did not move.
+    """
+    if ramp_needs is None or wanted.replicas >= seen.current or ramp_needs <= wanted.replicas:
+        return wanted
+    keep = min(seen.current, ramp_needs)
+    message = (
+        f"no scale-down below {keep} (the ramp lead's rising line needs {ramp_needs} replicas one lead ahead, "
+        f"so a scale-down to {wanted.replicas} would be reversed by its next order)"
+    )
+    limit = Limit("hysteresis", "RampLead", message, wanted.replicas, keep)
+    reason = Reason("hysteresis", "RampLead", f"no scale-down below {keep}")
+    return Limited(keep, (*wanted.limits, limit), (*wanted.reasons, reason))
+
+
 def release_fits(spec: AutoscalingSpec, state: ScalerState, now: float) -> bool:
     """Whether the SLO loop may release held capacity (`steps/stabilise.py`). On a pool already
     scaling down it changes no direction. After a scale-up it is a reversal the p99 confirms (it
@@ -116,6 +143,7 @@ def as_hpa(spec: AutoscalingSpec) -> AutoscalingSpec:
 __all__ = [
     "SMALL_REVERSAL_REPLICAS",
     "as_hpa",
+    "hold_for_ramp_lead",
     "hold_reversal",
     "recent_reversals",
     "release_fits",
