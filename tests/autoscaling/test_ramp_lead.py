@@ -19,6 +19,7 @@ from gem_operator.autoscaling.trend import (
     MIN_SAMPLES,
     PEAK_HISTORY_SECONDS,
     SKILL_WEIGHT,
+    SLIVER_REPLICAS,
     earlier_peak,
     fitted_rise,
     judged_skill,
@@ -141,14 +142,42 @@ def test_learn_lead(
 def test_ramp_step_projects_one_lead_ahead_at_the_target() -> None:
     s = spec()
     history, usage = rising(10)
-    step = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5)
+    step = ramp_step(s, history, usage, 0.45, NOW, lead_seconds=None, pending=None, serving=5, current=5)
     projected = usage + 0.004 * 120  # rampLead.leadSeconds before one is measured
-    assert step.recommendation == 7 == -(-projected // 0.5)
+    assert step.recommendation == 7 == -(-projected // 0.45)
     assert "rising 0.24/min" in step.message
     assert "rampLead.leadSeconds" in step.message
-    measured = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=130.0, pending=None, serving=5, current=5)
-    assert measured.recommendation == 7  # 2.54 + 0.004 * 130 = 3.06 → 7 at 0.5
+    measured = ramp_step(s, history, usage, 0.45, NOW, lead_seconds=130.0, pending=None, serving=5, current=5)
+    assert measured.recommendation == 7  # 2.54 + 0.004 * 130 = 3.06 → 6.8 at 0.45
     assert "(measured lead)" in measured.message
+
+
+@pytest.mark.parametrize(
+    ("target", "tolerance_up", "want", "sliver"),
+    [
+        # 3.02 one lead ahead at 0.5 is 6.04 replicas: on a pool where one replica is over 10 %,
+        # a rise past 6 by 0.04 of a replica orders none
+        (0.5, 0.1, 6, True),
+        # the same line where the band is wider than a replica (6.04 x 0.2 > 1): the sliver is ordered
+        (0.5, 0.2, 7, False),
+        # 3.02 at 0.49 is 6.16: more than a sliver past 6
+        (0.49, 0.1, 7, False),
+        # 3.02 at 0.1 is 30.2: a large pool orders every sliver
+        (0.1, 0.1, 31, False),
+    ],
+)
+def test_a_sliver_past_a_whole_count_orders_no_replica_on_a_small_pool(
+    target: float, tolerance_up: float, want: int, sliver: bool
+) -> None:
+    s = spec(tolerance={"up": tolerance_up})
+    history, usage = rising(10)  # 2.54 now, 3.02 one lead (120 s) ahead
+    step = ramp_step(s, history, usage, target, NOW, lead_seconds=None, pending=None, serving=5, current=5)
+    assert step.recommendation == want
+    assert ("a sliver of under" in step.message) is sliver
+    # A scale-down stops at the line with its sliver: keeping a replica costs no start.
+    assert step.keep == (31 if target == 0.1 else 7)
+    if sliver:
+        assert 0 < (usage + 0.004 * 120) / target - want < SLIVER_REPLICAS
 
 
 @pytest.mark.parametrize(
@@ -236,10 +265,10 @@ def test_the_skill_recovers_between_judged_forecasts(
 def test_a_line_with_little_skill_orders_that_share_of_its_rise() -> None:
     s = spec()
     history, usage = rising(10)  # 2.54 now; the line projects 3.02 one lead (120 s) ahead
-    whole = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5)
-    half = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.5)
-    none = ramp_step(s, history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.0)
-    assert (whole.recommendation, half.recommendation, none.recommendation) == (7, 6, 6)  # 3.02, 2.78, 2.54 at 0.5
+    whole = ramp_step(s, history, usage, 0.4, NOW, lead_seconds=None, pending=None, serving=5, current=5)
+    half = ramp_step(s, history, usage, 0.4, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.5)
+    none = ramp_step(s, history, usage, 0.4, NOW, lead_seconds=None, pending=None, serving=5, current=5, skill=0.0)
+    assert (whole.recommendation, half.recommendation, none.recommendation) == (8, 7, 7)  # 3.02, 2.79, 2.54 at 0.4
     # No forecast came due at this sync: a sync (15 s) of the window's half-life (300 s) recovers.
     assert half.skill == pytest.approx(1 - 0.5 * 0.5 ** (SYNC / 300))
     assert "52% of that rise" in half.message and "% of that rise" not in whole.message

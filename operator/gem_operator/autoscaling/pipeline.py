@@ -50,7 +50,7 @@ def decide(
     rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)
     if not rec.at_once:  # an idle or yielding precompute pool gives its GPUs back whatever the budget
         rated = hold_reversal(spec, state, seen, rated, now, confirmed=sig.slo.release is not None)
-        rated = hold_for_ramp_lead(sig.ramp.recommendation, seen, rated)
+        rated = hold_for_ramp_lead(sig.ramp.keep, seen, rated)
     reasons = (*rec.reasons, *stable.reasons, *sig.slo.reasons, *panicked.reasons, *rated.reasons)
     limits = rated.limits
     if rec.yielding:

@@ -44,8 +44,9 @@ Steps, in order:
    pool is overloaded and when demand jumps by more than half between two syncs, so a step is
    not read as a ramp. While demand is no higher than the highest it read in the last hour before
    the fit's window, the line orders no farther than that earlier peak (a wave returns to its
-   crest; a line through its rising half projects past it). Recorded in the stabilisation history
-   like any recommendation.
+   crest; a line through its rising half projects past it). Where one replica is more than
+   `tolerance.up` of the pool, a line past a whole count by under 0.05 of a replica orders no
+   replica for it. Recorded in the stabilisation history like any recommendation.
 2. **Hold.** No usable signal (source error, no sample, every sample stale, no Ready pod) ⇒
    keep the current count (bounds still apply) and report `MetricsUnavailable`. Never a
    scale-down on missing data.
