@@ -289,8 +289,8 @@ def ramp_step(
         msg += f", no farther than the hour's earlier peak {lead_to:.2f} (demand has been there before),"
     if want < ceil_(exact):
         msg += (
-            f", {exact:.3f} replicas: a sliver of under {SLIVER_REPLICAS:g} of a replica past {want} orders none "
-            f"on a pool where one replica is more than tolerance.up={spec.tolerance.up:g}"
+            f"{'' if capped else ','} {exact:.3f} replicas (a sliver of under {SLIVER_REPLICAS:g} of a replica past "
+            f"{want} orders none where one replica is more than tolerance.up={spec.tolerance.up:g} of the pool),"
         )
     msg += f" needs {want} replicas"
     return RampStep(want, kept, lead, pending, msg, waiting, skill, hour, keep=ceil_(exact))
