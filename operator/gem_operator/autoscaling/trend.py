@@ -275,8 +275,9 @@ def ramp_step(
     if peak is not None and usage <= peak < lead_to:  # returning to a level it has reached: lead no higher
         lead_to, capped = peak, True
     exact = lead_to / target
+    whole = ceil_(exact)  # what the line needs, sliver included
     small_pool = exact * spec.tolerance.up < 1.0
-    want = ceil_(exact - SLIVER_REPLICAS) if small_pool else ceil_(exact)
+    want = ceil_(exact - SLIVER_REPLICAS) if small_pool else whole
     learned = "measured" if lead is not None else "rampLead.leadSeconds"
     reach = f"{learned} lead" if ahead >= full else f"the fit's span, short of the {full:.0f}s {learned} lead"
     msg = (
@@ -287,13 +288,13 @@ def ramp_step(
         msg += f", {trusted:.0%} of that rise (the share of its recent forecasts that came true)"
     if capped:
         msg += f", no farther than the hour's earlier peak {lead_to:.2f} (demand has been there before),"
-    if want < ceil_(exact):
+    if want < whole:
         msg += (
             f"{'' if capped else ','} {exact:.3f} replicas (a sliver of under {SLIVER_REPLICAS:g} of a replica past "
             f"{want} orders none where one replica is more than tolerance.up={spec.tolerance.up:g} of the pool),"
         )
     msg += f" needs {want} replicas"
-    return RampStep(want, kept, lead, pending, msg, waiting, skill, hour, keep=ceil_(exact))
+    return RampStep(want, kept, lead, pending, msg, waiting, skill, hour, keep=whole)
 
 
 def without_ramp_lead(spec: AutoscalingSpec) -> AutoscalingSpec:
