@@ -47,19 +47,15 @@ import sys
 from typing import Any
 
 import yaml
-from autoscaling_replay import (  # bench/ on sys.path
+from autoscaling_replay import MODES, SERVICE  # bench/ on sys.path
+from autoscaling_scenarios import azure_conversation, conversation, poisson_hour, shared_trace, wave
+from autoscaling_verdicts import (
     GPU_SLACK,
     GPU_TARGET,
-    MODES,
-    SERVICE,
-    conversation,
-    poisson_hour,
     reach,
     rps_at_as_few_violations,
     rps_at_equal_gpu_hours,
-    shared_trace,
 )
-from autoscaling_scenarios import azure_conversation, wave
 from pydantic import ValidationError
 
 from gem_operator.api.serving import RankingServiceSpec

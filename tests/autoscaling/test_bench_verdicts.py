@@ -13,12 +13,12 @@ import pytest
 from gem_operator.replay.report import HPA_RPS, POLICY, STATIC_PEAK, PoolResult, ReplayReport
 from gem_operator.replay.service_model import ServiceModel
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "autoscaling_replay.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "autoscaling_verdicts.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("autoscaling_replay_bench", BENCH)
+    spec = importlib.util.spec_from_file_location("autoscaling_verdicts_bench", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
