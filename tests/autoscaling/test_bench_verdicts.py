@@ -8,10 +8,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
+from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.report import HPA_RPS, POLICY, STATIC_PEAK, PoolResult, ReplayReport
 from gem_operator.replay.service_model import ServiceModel
+from gem_operator.replay.traces import LoadSeries
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "autoscaling_verdicts.py"
 
@@ -139,3 +142,27 @@ def test_the_slo_minute_target_may_be_set_per_case(bench: Any) -> None:
     r = report(pool(POLICY, 20.0, 1), pool(HPA_RPS, 20.0, 1))  # 1/57 = 1.75 %
     assert statuses(bench.verdicts(r, False))["SLO-violation minutes after warm-up"] == bench.FAIL
     assert statuses(bench.verdicts(r, False, limit=3.0))["SLO-violation minutes after warm-up"] == bench.PASS
+
+
+def ranking_service(**slo_feedback: Any) -> RankingServiceSpec:
+    return RankingServiceSpec.model_validate(
+        {
+            "gpusPerReplica": 1,
+            "model": {"uri": "s3://gem-models/ranker/v42"},
+            "slo": {"p99LatencyMs": 40},
+            "autoscaling": {"minReplicas": 2, "maxReplicas": 64, "targetSmActive": 0.6, "sloFeedback": slo_feedback},
+        }
+    )
+
+
+def test_the_oracle_table_shows_the_slo_loops_ceiling_first(bench: Any) -> None:
+    """Beside x1..x4, the oracle at the highest effective target the SLO loop may reach: whether a
+    GPU-hour target is within reach of a policy that stays within the spec's bounds."""
+    load = LoadSeries(np.full(1200, 2000.0), np.full(1200, 20.0))
+    rows = bench.oracle_table(load, ranking_service(), ServiceModel(), 10.0, 3)
+    assert [r["headroom"] for r in rows] == [0.909, *bench.HEADROOMS]  # 1 / maxTargetFraction 1.1
+    assert rows[0]["at"] == bench.AT_LOOP_CEILING and all("at" not in r for r in rows[1:])
+    assert rows[0]["gpu_hours"] < rows[1]["gpu_hours"]  # less headroom: fewer replicas for the same load
+    # A spec whose loop may not rise above targetSmActive has no such row.
+    rows = bench.oracle_table(load, ranking_service(maxTargetFraction=1.0), ServiceModel(), 10.0, 3)
+    assert [r["headroom"] for r in rows] == list(bench.HEADROOMS)
