@@ -351,9 +351,12 @@ AT_LOOP_CEILING = "the SLO loop's highest effective target"
 
 
 def loop_ceiling_headroom(spec: RankingServiceSpec) -> float:
-    """The oracle's headroom at the highest effective target the SLO loop may reach (below 1:
-    `targetSmActive` x `maxTargetFraction`, capped below SM saturation)."""
+    """The oracle's headroom at the highest effective target the SLO loop may reach: `targetSmActive`
+    x `maxTargetFraction`, capped below SM saturation (1: the ratchet, or no feedback, never
+    rises above `targetSmActive`)."""
     a = spec.autoscaling
+    if not a.slo_feedback.enabled or a.slo_feedback.controller != "band":
+        return 1.0
     return a.target_sm_active / loop_bounds(a)[1]
 
 

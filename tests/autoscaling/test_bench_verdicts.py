@@ -163,6 +163,7 @@ def test_the_oracle_table_shows_the_slo_loops_ceiling_first(bench: Any) -> None:
     assert [r["headroom"] for r in rows] == [0.909, *bench.HEADROOMS]  # 1 / maxTargetFraction 1.1
     assert rows[0]["at"] == bench.AT_LOOP_CEILING and all("at" not in r for r in rows[1:])
     assert rows[0]["gpu_hours"] < rows[1]["gpu_hours"]  # less headroom: fewer replicas for the same load
-    # A spec whose loop may not rise above targetSmActive has no such row.
-    rows = bench.oracle_table(load, ranking_service(maxTargetFraction=1.0), ServiceModel(), 10.0, 3)
-    assert [r["headroom"] for r in rows] == list(bench.HEADROOMS)
+    # A spec whose feedback never rises above targetSmActive has no such row.
+    for feedback in ({"maxTargetFraction": 1.0}, {"controller": "ratchet"}, {"enabled": False}):
+        rows = bench.oracle_table(load, ranking_service(**feedback), ServiceModel(), 10.0, 3)
+        assert [r["headroom"] for r in rows] == list(bench.HEADROOMS)
