@@ -5,7 +5,8 @@
 - the reactive oracle (`reactive_oracle`, `oracle_table`) and its reach (`reach`): whether any
   reactive policy meets the SLO-minute target within the GPU-hour target, which decides OUT OF
   REACH against FAIL;
-- `verdicts`: PASS / FAIL / OUT OF REACH per target, each with the number it is judged on.
+- `verdicts`: PASS / FAIL / OUT OF REACH per target, each with the number it is judged on;
+  `missed` and `Tally` say them in one line per case and per sweep (`autoscaling_seeds.py`).
 
 The targets and the rules are described where they are run, in `autoscaling_replay.py`.
 """
@@ -13,7 +14,9 @@ The targets and the rules are described where they are run, in `autoscaling_repl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gem_operator.api.serving import RankingServiceSpec
@@ -281,6 +284,64 @@ def verdicts(
             status(pol.direction_changes_per_hour <= 4),
         ),
     ]
+
+
+# Each target's short name in a sweep's lines, by its name in `verdicts` (in that order).
+SHORT_NAMES = {
+    "GPU-hours vs static peak": "GPU-hours",
+    "SLO-violation minutes after warm-up": "SLO minutes",
+    "vs RPS baseline at equal or lower GPU-hours": "vs RPS at equal GPU-h",
+    "vs RPS baseline at as few violation minutes": "vs RPS at as few minutes",
+    "direction changes/hour": "direction changes",
+}
+
+
+SLO_MINUTES = SHORT_NAMES["SLO-violation minutes after warm-up"]
+
+
+def missed(checks: Sequence[tuple[str, str, str]], at_floor: bool = False) -> str:
+    """The targets a case misses, by status (`FAIL: GPU-hours; OUT OF REACH: SLO minutes`); '' if none.
+
+    `at_floor`: the policy has no more violation minutes than the reactive oracle at x1 (its
+    floor), said beside an SLO-minute FAIL: the issue's allowance, which the verdict does not take.
+    """
+    parts = []
+    for status in (FAIL, OUT_OF_REACH):
+        names = [SHORT_NAMES.get(name, name) for name, _, st in checks if st == status]
+        if status == FAIL and at_floor:
+            names = [f"{n} (at the oracle's x1 floor)" if n == SLO_MINUTES else n for n in names]
+        if names:
+            parts.append(f"{status}: {', '.join(names)}")
+    return "; ".join(parts)
+
+
+@dataclass
+class Tally:
+    """How many cases of a sweep miss each target, FAIL and OUT OF REACH apart, and how many of the
+    SLO-minute FAILs have no more minutes than the reactive oracle at x1 (`at_floor`)."""
+
+    cases: int = 0
+    met: int = 0  # cases that meet every target
+    slo_at_floor: int = 0  # SLO-minute FAILs at or under the oracle's x1 floor
+    by_status: Counter[tuple[str, str]] = field(default_factory=Counter)  # (short name, status) -> cases
+
+    def add(self, checks: Sequence[tuple[str, str, str]], at_floor: bool = False) -> None:
+        self.cases += 1
+        self.met += all(st == PASS for _, _, st in checks)
+        for name, _, st in checks:
+            if st != PASS:
+                self.by_status[(SHORT_NAMES.get(name, name), st)] += 1
+            if st == FAIL and at_floor and SHORT_NAMES.get(name) == SLO_MINUTES:
+                self.slo_at_floor += 1
+
+    def describe(self) -> str:
+        parts = []
+        for name in SHORT_NAMES.values():
+            fail, out = self.by_status[(name, FAIL)], self.by_status[(name, OUT_OF_REACH)]
+            notes = [f"{self.slo_at_floor} at the oracle's x1 floor"] if name == SLO_MINUTES and fail else []
+            notes += [f"+{out} out of reach"] if out else []
+            parts.append(f"{name} {fail}" + (f" ({'; '.join(notes)})" if notes else ""))
+        return f"every target met in {self.met} of {self.cases}; FAIL by target: {', '.join(parts)}"
 
 
 def gpu_at_as_few(pol: PoolResult, rps: PoolResult, rps_few: RpsAsFew | None) -> tuple[str, str, str]:

@@ -72,5 +72,7 @@ def test_a_changed_service_and_model_are_replayed() -> None:
     plain = sweep()
     changed = sweep("--set", "autoscaling.stabilizationSeconds.down=0", "--model", "model_load_seconds=420")
     assert changed[0].endswith("; with model_load_seconds=420 autoscaling.stabilizationSeconds.down=0")
-    assert len(plain) == len(changed) == 4  # the header, two scale modes, the summary
+    assert len(plain) == len(changed) == 5  # the header, two scale modes, the summary, the targets
     assert plain[1:3] != changed[1:3]
+    judged = "targets as bench/autoscaling_replay.py judges them: "
+    assert all(lines[-1].startswith(judged) for lines in (plain, changed))

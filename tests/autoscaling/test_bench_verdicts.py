@@ -94,6 +94,32 @@ def test_more_violation_minutes_than_rps_is_always_a_fail(bench: Any) -> None:
     assert got["direction changes/hour"] == bench.PASS
 
 
+def test_a_sweep_line_names_each_missed_target_and_the_tally_counts_them(bench: Any) -> None:
+    """The seed sweep judges every case as the main bench does: a case's line names the targets it
+    misses, FAIL and OUT OF REACH apart, and the sweep's tally counts them per target."""
+    met = bench.verdicts(report(pool(POLICY, 20.0, 1), pool(HPA_RPS, 20.0, 3)), True)
+    assert bench.missed(met) == ""
+    # 5.3 % of minutes the oracle cannot reach, 0.83 of static GPU-hours, 5 direction changes in the hour.
+    out = bench.Reach(False, 3.51, 1.35, 5.26, 1.75, 0.867)
+    heavy = bench.verdicts(report(pool(POLICY, 30.0, 3, changes=5.0), pool(HPA_RPS, 31.0, 3)), True, None, out)
+    assert bench.missed(heavy) == "FAIL: GPU-hours, direction changes; OUT OF REACH: SLO minutes"
+    tally = bench.Tally()
+    for checks in (met, heavy, heavy):
+        tally.add(checks)
+    said = tally.describe()
+    assert said.startswith("every target met in 1 of 3; ")
+    assert "GPU-hours 2, SLO minutes 0 (+2 out of reach), " in said
+    assert said.endswith("vs RPS at as few minutes 0, direction changes 2")
+    # A miss the oracle reaches with more headroom is a FAIL; at the oracle's x1 floor it is said so.
+    reachable = bench.Reach(True, 1.75, 1.5, 5.26, 1.5, 0.7)
+    floor = bench.verdicts(report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 20.0, 3)), True, None, reachable)
+    assert bench.missed(floor) == "FAIL: SLO minutes"
+    assert bench.missed(floor, at_floor=True) == "FAIL: SLO minutes (at the oracle's x1 floor)"
+    tally.add(floor, at_floor=True)
+    tally.add(floor)
+    assert "SLO minutes 2 (1 at the oracle's x1 floor; +2 out of reach), " in tally.describe()
+
+
 @pytest.mark.parametrize(("policy_minutes", "status"), [(3, "PASS"), (4, "FAIL")])
 def test_rps_at_equal_gpu_hours_is_interpolated_between_the_runs_around_it(
     bench: Any, policy_minutes: int, status: str
