@@ -61,6 +61,7 @@ from autoscaling_verdicts import (
     GPU_SLACK,
     GPU_TARGET,
     Tally,
+    at_oracle_floor,
     missed,
     reach,
     rps_at_as_few_violations,
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                 feasible = f"  oracle within {GPU_TARGET} of static: {within} ({verdict})"
             # Every target, as the main bench judges it (the SLO-minute target by the family's limit).
             checks = verdicts(report, sc.flash, iso, r, rps_few, sc.slo_limit_pct)
-            at_floor = r is not None and pol.violation_pct <= r.floor_pct + 1e-9
+            at_floor = at_oracle_floor(pol, r)
             tally.add(checks, at_floor)
             judged = missed(checks, at_floor)
             total_pol += pol.slo_violation_minutes

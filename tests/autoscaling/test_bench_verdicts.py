@@ -111,9 +111,18 @@ def test_a_sweep_line_names_each_missed_target_and_the_tally_counts_them(bench: 
     assert "GPU-hours 2, SLO minutes 0 (+2 out of reach), " in said
     assert said.endswith("vs RPS at as few minutes 0, direction changes 2")
     # A miss the oracle reaches with more headroom is a FAIL; at the oracle's x1 floor it is said so.
-    reachable = bench.Reach(True, 1.75, 1.5, 5.26, 1.5, 0.7)
+    reachable = bench.Reach(True, 1.75, 1.5, 5.3, 1.5, 0.7)  # the oracle at x1: 5.3 % of minutes
     floor = bench.verdicts(report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 20.0, 3)), True, None, reachable)
     assert bench.missed(floor) == "FAIL: SLO minutes"
+    said_floor = dict((k, v) for k, v, _ in floor)["SLO-violation minutes after warm-up"]
+    assert "at the reactive oracle's floor (x1: 5.30%), reported as such" in said_floor
+    above = bench.verdicts(report(pool(POLICY, 20.0, 4), pool(HPA_RPS, 20.0, 4)), True, None, reachable)
+    assert "floor" not in dict((k, v) for k, v, _ in above)["SLO-violation minutes after warm-up"]
+    # Out of reach is no FAIL: the note is not added there.
+    beyond = bench.Reach(False, 5.3, 1.0, 5.3, 1.75, 0.867)
+    unreached = bench.verdicts(report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 20.0, 3)), True, None, beyond)
+    assert statuses(unreached)["SLO-violation minutes after warm-up"] == bench.OUT_OF_REACH
+    assert "reported as such" not in dict((k, v) for k, v, _ in unreached)["SLO-violation minutes after warm-up"]
     assert bench.missed(floor, at_floor=True) == "FAIL: SLO minutes (at the oracle's x1 floor)"
     tally.add(floor, at_floor=True)
     tally.add(floor)
