@@ -43,7 +43,7 @@ meets the target within the GPU-hours at the one headroom that suits the trace (
 hindsight, so no bound on a policy that must serve every trace with one setting; shown, not
 judged). Any other miss is a FAIL, and the exit status is 1 on a FAIL; an SLO-minute FAIL with no
 more minutes than the oracle at x1 says so (the floor the issue allows, reported as such: a FAIL
-here all the same, since more headroom within the GPU-hour target meets it). Each
+here all the same, since a reactive policy meets it within the GPU-hour target). Each
 case prints its effective SM target's path (every 5 minutes of an hour, every hour of a day);
 a summary table ends the run. How a case is judged (the RPS re-runs, the oracle, the verdicts) is
 in `autoscaling_verdicts.py`.

@@ -42,8 +42,9 @@ RPS; an SLO-minute miss is OUT OF REACH when the reactive oracle misses it too):
 with the targets it misses in brackets, and a last line counts, per target, the cases that miss it,
 so a sweep says what the main bench would say of its draws. An SLO-minute FAIL with no more
 minutes than the reactive oracle at x1 (the floor the issue allows, "reported as such") is said
-to be at the oracle's floor; it stays a FAIL, since the oracle meets the target with more headroom
-within the GPU-hour target. It reports; its exit status does not judge (the main bench's does).
+to be at the oracle's floor; it stays a FAIL, since a reactive policy (the oracle with more
+headroom, or an RPS run) meets it within the GPU-hour target. It reports; its exit status does not
+judge (the main bench's does).
 """
 
 from __future__ import annotations

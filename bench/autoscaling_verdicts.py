@@ -306,8 +306,6 @@ SHORT_NAMES = {
     "vs RPS baseline at as few violation minutes": "vs RPS at as few minutes",
     "direction changes/hour": "direction changes",
 }
-
-
 SLO_MINUTES = SHORT_NAMES["SLO-violation minutes after warm-up"]
 
 
