@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -9,10 +10,12 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -20,6 +23,8 @@ from gem_workloads.loader.manifest import build_manifest
 
 NGINX = "/usr/sbin/nginx"
 PART = 64 * 1024
+# The path of the request Nginx.requests sends so that every earlier request is in the log.
+BARRIER = "__access_log_barrier__"
 
 
 def free_port() -> int:
@@ -65,11 +70,27 @@ class Nginx:
 
     def requests(self) -> list[dict[str, Any]]:
         """Access-log lines as dicts: method, uri, status, bytes, range, connection serial, the time
-        the request ended (t), its duration (rt) and its connection's age then (ct), in seconds."""
-        out = []
-        for line in self.log.read_text().splitlines():
-            out.append(json.loads(line))
-        return out
+        the request ended (t), its duration (rt) and its connection's age then (ct), in seconds.
+
+        nginx logs a request after it has sent the last byte, so a client can hold the whole
+        response before its line is written. The worker is one event loop: once it has logged a
+        request of our own, sent after every response the test read, it has logged those too."""
+        barrier = f"/{BARRIER}/{uuid.uuid4().hex}"
+        if self.proc.poll() is None:
+            conn = http.client.HTTPConnection(urlsplit(self.url).netloc, timeout=10)
+            try:
+                conn.request("GET", barrier)
+                conn.getresponse().read()
+            finally:
+                conn.close()
+        end = time.monotonic() + 10
+        while True:
+            lines = [json.loads(line) for line in self.log.read_text().splitlines()]
+            if self.proc.poll() is not None or any(r["u"] == barrier for r in lines):
+                return [r for r in lines if not r["u"].startswith(f"/{BARRIER}/")]
+            if time.monotonic() > end:
+                raise RuntimeError(f"nginx never logged {barrier} in {self.log}")
+            time.sleep(0.01)
 
     def model_gets(self) -> list[dict[str, Any]]:
         return [r for r in self.requests() if r["m"] == "GET" and not r["u"].endswith("manifest.json")]
