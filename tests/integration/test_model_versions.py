@@ -3,6 +3,7 @@ termination message, and a RankingService naming ``model.fromTraining`` follows 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +55,11 @@ def _model_uri(cluster: EmbeddedCluster, name: str, role: str = "server") -> str
     return env.get("GEM_MODEL_URI")
 
 
+def _status_model(cluster: EmbeddedCluster, name: str) -> Any:
+    ranker = cluster.get(GEM, "RankingService", name, "default") or {}
+    return (ranker.get("status") or {}).get("model")
+
+
 def _running_worker(cluster: EmbeddedCluster) -> str:
     def running() -> str | None:
         pods = cluster.list("v1", "Pod", "default", {"gem.dev/instance": "gem-pretrain"})
@@ -97,6 +103,7 @@ def test_versions_are_learned_and_served_by_version(
     cluster.apply(_ranker("ads-ranker", "gem-pretrain"))
     cluster.apply(_precompute("gem-pretrain", 1))  # pinned to version 1: it stays there
     cluster.wait_for(lambda: _model_uri(cluster, "ads-ranker") == f"{EXPORTS}/v1", timeout=30)
+    cluster.wait_for(lambda: _model_uri(cluster, "ads-precompute", "precompute") == f"{EXPORTS}/v1", timeout=30)
 
     # The restarted gang exports v2: latest moves to it, and the Deployment rolls.
     second = {"checkpoint": "step-000200", "models": [_version(1, 100), _version(2, 200)]}
@@ -104,8 +111,11 @@ def test_versions_are_learned_and_served_by_version(
     cluster.wait_for(lambda: models() == [1, 2], timeout=30)
     cluster.wait_for(lambda: _model_uri(cluster, "ads-ranker") == f"{EXPORTS}/v2", timeout=30)
     assert _model_uri(cluster, "ads-precompute", "precompute") == f"{EXPORTS}/v1"
-    ranker = cluster.get(GEM, "RankingService", "ads-ranker", "default") or {}
-    assert ranker["status"]["model"] == {"uri": f"{EXPORTS}/v2", "training": "gem-pretrain", "version": 2}
+    # The status is written after the handler that rolled the Deployment returns: wait for it too.
+    served = {"uri": f"{EXPORTS}/v2", "training": "gem-pretrain", "version": 2}
+    with contextlib.suppress(TimeoutError):  # the assertion below shows what the status says instead
+        cluster.wait_for(lambda: _status_model(cluster, "ads-ranker") == served, timeout=30)
+    assert _status_model(cluster, "ads-ranker") == served
     wait_for_events({("gem-pretrain", "ModelExported"), ("ads-ranker", "ModelRollout")})
 
     # A reference to a training that does not exist creates nothing and says why.
