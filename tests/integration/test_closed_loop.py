@@ -1,10 +1,12 @@
 """A short closed loop, for real: ranking servers as processes, Debian's Prometheus, the operator, the replayer.
 
-Load rises from 4 to 26 requests/s over a minute against one emulated replica (10 requests/s):
-the operator, reading DCGM_FI_PROF_SM_ACTIVE from Prometheus, scales the Deployment up and the
-client's requests reach the new replicas through the Service front. Then Prometheus is stopped
-and the load falls to 2 requests/s: with scale-down stabilisation at 0 s the autoscaler would
-shrink the pool at once if it trusted missing data; it must hold and report MetricsUnavailable.
+Load rises from 2 to 13 requests/s over a minute. One emulated replica of the load-test service
+serves ~5 requests/s, so the load starts at 40 % of one replica, under the 0.6 target, and needs
+five at the top: the operator, reading DCGM_FI_PROF_SM_ACTIVE from Prometheus, scales the
+Deployment up and the client's requests reach the new replicas through the Service front. Then
+Prometheus is stopped and the load falls to 1 request/s: with scale-down stabilisation at 0 s the
+autoscaler would shrink the pool at once if it trusted missing data; it must hold and report
+MetricsUnavailable.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _segment() -> Segment:
     times: list[float] = []
     t = 0.0
     while t < 130:
-        rate = 4 + 22 * min(1.0, t / 60) if t < 80 else 2.0
+        rate = 2 + 11 * min(1.0, t / 60) if t < 80 else 1.0
         t += rng.expovariate(rate)
         times.append(t)
     return Segment(times[:-1], [1.0] * (len(times) - 1), 130)
