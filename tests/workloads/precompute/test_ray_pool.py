@@ -28,7 +28,14 @@ STREAM = "ray-cands"
 
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[Any]:
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    """A local session whose workers run at the test's own priority.
+
+    Ray starts its workers at nice 15, so any busy process at nice 0 on the test machine starves them:
+    with five busy loops on two cores an actor importing torch took 184 s to start (15.5 s at nice 0),
+    past the test's 120 s wait. The priority is not what the test checks."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_worker_niceness", "0")  # read by the raylet that ray.init starts
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
