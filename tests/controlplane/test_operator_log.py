@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gem_testbed.controlplane.operator import forbidden_lines
+from gem_testbed.controlplane.operator import forbidden_lines, refused_lines
 
 
 @pytest.mark.parametrize(
@@ -20,3 +20,17 @@ from gem_testbed.controlplane.operator import forbidden_lines
 )
 def test_a_denied_call_is_found_whatever_the_time_stamp(line: str, denied: bool) -> None:
     assert forbidden_lines(line) == ([line] if denied else [])
+
+
+@pytest.mark.parametrize(
+    ("line", "refused"),
+    [
+        # A CI run's exec-auth test read the milliseconds of a succeeded login as a 401.
+        ("[2026-12-04 20:40:12,401] kopf.activities.auth [INFO    ] Activity 'login' succeeded.", False),
+        ("[2026-12-04 20:40:12,120] kopf.objects [ERROR   ] APIUnauthorizedError: ('Unauthorized', ...)", True),
+        ("[2026-12-04 20:40:12,120] kubernetes.client [ERROR ] (401) Reason: Unauthorized", True),
+        ("[2026-12-04 20:40:12,120] kopf.objects [INFO    ] Handler 'x' succeeded; priority 666401391.", False),
+    ],
+)
+def test_an_unauthorized_call_is_found_whatever_the_time_stamp(line: str, refused: bool) -> None:
+    assert refused_lines(line, 401) == ([line] if refused else [])

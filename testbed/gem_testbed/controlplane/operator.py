@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import yaml
@@ -38,15 +39,20 @@ NAMESPACE = "gem-system"
 PEERING = "gem-operator"
 TOKEN_SECONDS = 24 * 3600
 COMMAND_TIMEOUT = 180.0
-# What a denied call looks like in the operator's log (kopf and the kube client both name it).
-_FORBIDDEN = re.compile(r"\b403\b|Forbidden")
 # The log line's own time stamp ("[2026-12-03 14:35:26,403] "): its milliseconds can read 403.
 _STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\s*")
 
 
+def refused_lines(text: str, status: int) -> list[str]:
+    """The lines of an operator log that report an answer of `status` (401, 403: kopf and the kube
+    client name the code or its phrase, "Unauthorized", "Forbidden"), time stamps aside."""
+    refused = re.compile(rf"\b{int(status)}\b|{HTTPStatus(status).phrase}")
+    return [line for line in text.splitlines() if refused.search(_STAMP.sub("", line))]
+
+
 def forbidden_lines(text: str) -> list[str]:
     """The lines of an operator log that report a 403 / Forbidden answer, time stamps aside."""
-    return [line for line in text.splitlines() if _FORBIDDEN.search(_STAMP.sub("", line))]
+    return refused_lines(text, HTTPStatus.FORBIDDEN)
 
 
 @dataclass(frozen=True)
