@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gem_operator.argtypes import non_negative_int, positive_float, positive_int
 from gem_testbed.drivers.loadtest import add_parser as add_loadtest
 
 # `sub` is what `ArgumentParser.add_subparsers()` returns (argparse types it privately).
@@ -23,8 +24,10 @@ def add_demo(sub: SubParsers) -> None:
     demo = sub.add_parser("demo", help="embedded cluster + operator + samples, then a summary")
     demo.add_argument("--fleet", default="demo", help="fleet name (demo, large) or a YAML file of Nodes")
     demo.add_argument("--samples", type=Path, default=None, help="directory of sample resources")
-    demo.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for resources to settle")
-    demo.add_argument("--replay-seconds", type=int, default=40, help="length of the autoscaling replay (0 skips it)")
+    demo.add_argument("--timeout", type=positive_float, default=90.0, help="seconds to wait for resources to settle")
+    demo.add_argument(
+        "--replay-seconds", type=non_negative_int, default=40, help="length of the autoscaling replay (0 skips it)"
+    )
     demo.add_argument("--plot", type=Path, default=None, help="write the scaling timeline as a PNG")
     demo.add_argument(
         "--scale-mode",
@@ -66,7 +69,7 @@ def add_sim(sub: SubParsers) -> None:
         "node dcgm-exporters, Prometheus file_sd)",
     )
     up.add_argument("--origin", action="append", help="with --run-pods: URI=PATH, pull URI's bytes from PATH")
-    up.add_argument("--max-pod-processes", type=int, default=16, help="with --run-pods: most pods run at once")
+    up.add_argument("--max-pod-processes", type=positive_int, default=16, help="with --run-pods: most pods run at once")
     up.set_defaults(func=_cmd_sim_up)
 
 

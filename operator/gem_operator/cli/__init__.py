@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gem_operator import __version__
+from gem_operator.argtypes import tcp_port
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -128,7 +129,7 @@ def build_parser(load_extras: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     run.add_argument("--log-format", default="text", choices=("text", "json"), help="stderr lines as text or JSON")
     run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
-    run.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics (0 disables)")
+    run.add_argument("--metrics-port", type=tcp_port, default=9090, help="port of /metrics (0 disables)")
     run.set_defaults(func=_cmd_run)
 
     crds = sub.add_parser("crds", help="write CRD YAML generated from the API types")

@@ -66,6 +66,7 @@ from typing import Literal
 
 from gem_operator import plugins
 from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.argtypes import positive_float, positive_int
 from gem_operator.autoscaling.policy import (
     LatencyReading,
     MetricReading,
@@ -475,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gemop replay", description="Replay a trace against the autoscaling policy.")
     p.add_argument("--trace", required=True, help='CSV with a TIMESTAMP column, or JSONL {"t", "cost"}')
     p.add_argument("--service", required=True, help="RankingService manifest (YAML)")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply the load, keeping the time axis")
+    p.add_argument("--scale", type=positive_float, default=1.0, help="multiply the load, keeping the time axis")
     p.add_argument(
         "--scale-mode",
         choices=SCALE_MODES,
@@ -485,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trend-seconds",
-        type=float,
+        type=positive_float,
         default=TREND_SECONDS,
         help="independent mode: window of the trend all users share (default 300)",
     )
@@ -493,11 +494,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cost-column", help="CSV column that weights each request's cost")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", help="write a PNG to this path")
-    p.add_argument("--sync-seconds", type=float, default=15.0, help="autoscaler period (default 15)")
+    p.add_argument("--sync-seconds", type=positive_float, default=15.0, help="autoscaler period (default 15)")
     p.add_argument(
-        "--smooth-seconds", type=float, default=10.0, help="duplicate mode: moving average of the load (default 10)"
+        "--smooth-seconds",
+        type=positive_float,
+        default=10.0,
+        help="duplicate mode: moving average of the load (default 10)",
     )
-    p.add_argument("--cluster-gpus", type=int, help="GPUs in the cluster (caps scale-up); default unlimited")
+    p.add_argument("--cluster-gpus", type=positive_int, help="GPUs in the cluster (caps scale-up); default unlimited")
     return p
 
 

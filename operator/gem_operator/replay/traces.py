@@ -198,6 +198,9 @@ def load_trace(path: str | Path, cost_column: str | None = None) -> Arrivals:
 ScaleMode = Literal["independent", "duplicate"]
 SCALE_MODES: tuple[ScaleMode, ...] = ("independent", "duplicate")
 TREND_SECONDS = 300.0
+# The replay holds a few float arrays per second of the trace: 31 days is ~20 MB each, and a time
+# stamp years off (a wrong year, milliseconds read as seconds) would otherwise ask for terabytes.
+MAX_TRACE_SECONDS = 31 * 86_400
 
 
 def centred_mean(x: np.ndarray[Any, np.dtype[np.float64]], width: int) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -260,7 +263,14 @@ def to_series(
         raise TraceError(f"--scale-mode must be one of {', '.join(SCALE_MODES)}, got {mode!r}")
     t0 = min(arrivals.times)
     rel = np.asarray(arrivals.times, dtype=float) - t0
-    n = math.floor(float(rel.max())) + 1
+    span = float(rel.max())
+    if span >= MAX_TRACE_SECONDS:
+        raise TraceError(
+            f"{arrivals.path}: the arrivals span {span / 86_400:,.1f} days from first to last; the replay bins "
+            f"them per second and takes at most {MAX_TRACE_SECONDS // 86_400} days: split the trace, or look for "
+            "a time stamp far from the others (a wrong year or unit)"
+        )
+    n = math.floor(span) + 1
     idx = np.minimum(rel.astype(int), n - 1)
     cost = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.costs, dtype=float), minlength=n), dtype=np.float64)
     reqs = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.counts, dtype=float), minlength=n), dtype=np.float64)
@@ -312,6 +322,7 @@ def load_service(path: str | Path) -> tuple[str, RankingServiceSpec]:
 
 
 __all__ = [
+    "MAX_TRACE_SECONDS",
     "SCALE_MODES",
     "TREND_SECONDS",
     "Arrivals",

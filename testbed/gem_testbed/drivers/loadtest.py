@@ -51,6 +51,7 @@ from typing import Any
 import yaml
 
 from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.argtypes import non_negative_float, positive_float, positive_int
 from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
 from gem_operator.replay.report import most_in_an_hour
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
@@ -431,14 +432,14 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("loadtest", help="real servers, Prometheus and operator under a replayed trace (one machine)")
     p.add_argument("--trace", type=Path, required=True, help='CSV with a TIMESTAMP column, or JSONL {"t", "cost"}')
     p.add_argument("--service", type=Path, required=True, help="RankingService manifest with an emulated device")
-    p.add_argument("--minutes", type=float, default=15.0, help="length of the segment (default 15)")
-    p.add_argument("--start-minute", type=float, default=0.0, help="where the segment starts in the trace")
-    p.add_argument("--scale", type=float, default=1.0, help="each request of the trace stands for X requests")
+    p.add_argument("--minutes", type=positive_float, default=15.0, help="length of the segment (default 15)")
+    p.add_argument("--start-minute", type=non_negative_float, default=0.0, help="where the segment starts in the trace")
+    p.add_argument("--scale", type=positive_float, default=1.0, help="each request of the trace stands for X requests")
     p.add_argument("--pools", default="policy,static,hpa-rps", help="comma-separated: policy, static, hpa-rps")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", type=Path, help="write replicas and client p99 per minute as a PNG")
-    p.add_argument("--candidates", type=int, default=16, help="candidates per request")
-    p.add_argument("--max-pod-processes", type=int, default=20, help="bound on pods run as processes")
+    p.add_argument("--candidates", type=positive_int, default=16, help="candidates per request")
+    p.add_argument("--max-pod-processes", type=positive_int, default=20, help="bound on pods run as processes")
     p.add_argument("--work-dir", type=Path, help="keep logs, records and pod output here")
     p.add_argument(
         "--origin-rate",

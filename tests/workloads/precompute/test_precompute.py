@@ -17,6 +17,7 @@ from gem_workloads.exchange.messages import CandidateSet  # noqa: E402
 from gem_workloads.exchange.store import EmbeddingReader, Keys, unpack  # noqa: E402
 from gem_workloads.models.model_dir import LoadedModel  # noqa: E402
 from gem_workloads.precompute.__main__ import main as precompute_main  # noqa: E402
+from gem_workloads.precompute.__main__ import redis_problem  # noqa: E402
 from gem_workloads.precompute.service import PrecomputeMetrics, backlog  # noqa: E402
 from gem_workloads.precompute.worker import PrecomputeWorker, WorkerConfig  # noqa: E402
 from gem_workloads.scoring.engine import Engine, preset_model  # noqa: E402
@@ -195,6 +196,41 @@ def test_backlog_and_oldest_age_for_the_autoscaler(loaded: LoadedModel, client: 
     metrics.refresh(client, STREAM, "g")
     assert metrics.registry.get_sample_value("gem_precompute_backlog") == 0
     assert metrics.registry.get_sample_value("gem_precompute_oldest_item_age_seconds") == 0
+
+
+def test_backlog_gauges_keep_their_reading_while_the_source_is_down(loaded: LoadedModel, client: Any) -> None:
+    """A Redis blip used to end the pool's loop with a traceback; a backlog of zero that nobody
+    measured would let the autoscaler scale down, so the gauges keep the last reading instead."""
+    import redis
+
+    client.xadd(STREAM, _set(loaded, 90, [(1, 1)]).fields())
+    metrics = PrecomputeMetrics()
+    assert metrics.refresh(client, STREAM, "g") is True
+    down = redis.Redis(host="127.0.0.1", port=_closed_port(), socket_connect_timeout=1)
+    assert metrics.refresh(down, STREAM, "g") is False
+    assert metrics.registry.get_sample_value("gem_precompute_backlog") == 1
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_cli_says_which_redis_it_cannot_use(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked before the workers start: one line naming the flag and the URL, not a traceback."""
+    down = f"redis://127.0.0.1:{_closed_port()}/0"
+    assert redis_problem(redis_url) is None
+    assert precompute_main(["--preset", "tiny", "--store", redis_url, "--source", down]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --source {down}: cannot reach Redis (") and "Traceback" not in err
+    assert precompute_main(["--preset", "tiny", "--store", "http://cache:80", "--source", redis_url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --store http://cache:80: not a Redis URL (") and err.endswith(
+        "redis://HOST:PORT[/DB]"
+    )
 
 
 def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:

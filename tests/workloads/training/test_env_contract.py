@@ -58,6 +58,7 @@ def test_pet_forms_and_torchrun_rank() -> None:
             "global rank 4",
         ),
         ({"MASTER_PORT": "70000"}, "MASTER_PORT", "TCP port"),
+        ({"GEM_METRICS_PORT": "70000"}, "GEM_METRICS_PORT", "must be <= 65535"),
         ({"GEM_RESUME_FROM": "latest"}, "GEM_RESUME_FROM", "step-000400"),
         ({"RANK": "9"}, "RANK", "< WORLD_SIZE=8"),
     ],

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gem_workloads.argtypes import positive_int
 from gem_workloads.loader.errors import LoaderError, UsageError
 from gem_workloads.loader.manifest import (
     ALGORITHMS,
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("manifest", help="hash DIR and print its manifest JSON on stdout")
     m.add_argument("dir", metavar="DIR")
     m.add_argument("--part-size", default=str(DEFAULT_PART_SIZE), help="part size for part hashes (default 16MiB)")
-    m.add_argument("--workers", type=int, default=4, help="files hashed in parallel")
+    m.add_argument("--workers", type=positive_int, default=4, help="files hashed in parallel")
     m.add_argument(
         "--algorithm",
         choices=ALGORITHMS,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from prometheus_client import start_http_server
 
+from ..argtypes import non_negative_float, non_negative_int, positive_float, positive_int, tcp_port
 from ..exchange.store import check_tiers
 from .service import PrecomputeMetrics, install_sigterm, run_pool
 from .worker import WorkerConfig
@@ -29,24 +30,26 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help="model directory (default $GEM_MODEL_DIR)")
     src.add_argument("--preset", help="a randomly initialised preset instead of a model directory")
     p.add_argument("--store", required=True, help="redis:// URL of the embedding store")
-    p.add_argument("--ttl-seconds", type=int, default=3600)
+    p.add_argument("--ttl-seconds", type=positive_int, default=3600)
     p.add_argument("--key-prefix", default="gem:emb")
     p.add_argument("--source", required=True, help="redis:// URL of the candidate-set stream")
     p.add_argument("--stream", default="gem:candidates")
     p.add_argument("--group", default="solaris")
-    p.add_argument("--batch-size", type=int, default=256, help="pairs per embedding batch")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="pairs per embedding batch")
     p.add_argument("--fallback", default="exact,userAdGroupAggregate,similarUser", help="read-path tiers, in order")
-    p.add_argument("--workers", type=int, default=1, help="Ray worker actors in this pod")
-    p.add_argument("--gpus-per-worker", type=float, default=0.0)
+    p.add_argument("--workers", type=positive_int, default=1, help="Ray worker actors in this pod")
+    p.add_argument("--gpus-per-worker", type=non_negative_float, default=0.0)
     p.add_argument("--device", default=None, help="cuda, cpu (default $GEM_DEVICE, else cuda when present, else cpu)")
-    p.add_argument("--metrics-port", type=int, default=9102, help="Prometheus /metrics (0: off)")
+    p.add_argument("--metrics-port", type=tcp_port, default=9102, help="Prometheus /metrics (0: off)")
     p.add_argument(
         "--consumer", default=os.environ.get("HOSTNAME") or socket.gethostname(), help="consumer-name prefix"
     )
-    p.add_argument("--claim-idle-ms", type=int, default=30_000, help="take over entries pending this long elsewhere")
-    p.add_argument("--max-pairs-per-set", type=int, default=256)
-    p.add_argument("--read-count", type=int, default=16, help="stream entries per read")
-    p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, batch jobs)")
+    p.add_argument(
+        "--claim-idle-ms", type=non_negative_int, default=30_000, help="take over entries pending this long elsewhere"
+    )
+    p.add_argument("--max-pairs-per-set", type=positive_int, default=256)
+    p.add_argument("--read-count", type=positive_int, default=16, help="stream entries per read")
+    p.add_argument("--max-seconds", type=positive_float, default=None, help="stop after this long (tests, batch jobs)")
     p.add_argument(
         "--foundation-version",
         help="the foundation model version this pool serves: refuse to start on a model of another version",
@@ -57,7 +60,9 @@ def parser() -> argparse.ArgumentParser:
         default="fp32",
         help="embedding precision (as the ranking server's --precision; the model directory's recorded plan is reused)",
     )
-    p.add_argument("--memory-len", type=int, default=16, help="LoopFM representations kept per user (0: none)")
+    p.add_argument(
+        "--memory-len", type=non_negative_int, default=16, help="LoopFM representations kept per user (0: none)"
+    )
     return p
 
 
@@ -73,6 +78,28 @@ def model_version(model_dir: str | None, preset: str | None) -> str:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read the model description: {exc}") from exc
     return model_dir_version(Path(model_dir), meta)
+
+
+def redis_problem(url: str) -> tuple[int, str] | None:
+    """(exit status, why) the pool cannot use the Redis at `url`: 2 for a URL that is not one, 1 for
+    a server that does not answer a PING (None: it answers).
+
+    Checked once before the workers start, so a wrong URL or a server that is down is one clear
+    line and a non-zero exit (the pod restarts with backoff), not a traceback from the first read.
+    """
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    except ValueError as exc:
+        return 2, f"not a Redis URL ({exc}); expected redis://HOST:PORT[/DB]"
+    try:
+        client.ping()
+    except redis.exceptions.RedisError as exc:
+        return 1, f"cannot reach Redis ({exc}); check the URL and that the server is up"
+    finally:
+        client.close()
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceError as exc:
         print(f"error: --device: {exc}", file=sys.stderr)
         return 2
-    if args.workers < 1 or args.ttl_seconds < 1:
-        print("error: --workers and --ttl-seconds must be >= 1", file=sys.stderr)
-        return 2
+    for flag, url in (("--source", args.source), ("--store", args.store)):
+        if (problem := redis_problem(url)) is not None:
+            status, why = problem
+            print(f"error: {flag} {url}: {why}", file=sys.stderr)
+            return status
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import ray
 

@@ -92,10 +92,23 @@ class PrecomputeMetrics:
         if s.compute_seconds:
             self.compute.observe(s.compute_seconds)
 
-    def refresh(self, client: Any, stream: str, group: str) -> None:
-        n, age = backlog(client, stream, group)
+    def refresh(self, client: Any, stream: str, group: str) -> bool:
+        """Read the backlog into the gauges; False when the source cannot be read.
+
+        A source that does not answer leaves the gauges at their last reading, so the autoscaler
+        never sees a backlog of zero it did not measure; the loop goes on (the workers' own reads
+        fail and retry the same way until the source answers again).
+        """
+        import redis
+
+        try:
+            n, age = backlog(client, stream, group)
+        except redis.exceptions.RedisError as exc:
+            log.warning("cannot read the backlog of %s: %s", stream, exc)
+            return False
         self.backlog.set(n)
         self.oldest.set(age)
+        return True
 
 
 class WorkerActor:

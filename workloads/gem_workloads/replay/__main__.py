@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 
+from ..argtypes import positive_float, positive_int
 from .runner import ReplayConfig, replay
 from .trace import TraceError, load_trace
 
@@ -26,16 +27,18 @@ def parser() -> argparse.ArgumentParser:
         help="instead of a trace: JSONL {body, labels} requests sent as they are; prints the served AUC per task",
     )
     p.add_argument("--url", required=True, help="ranking server base URL (or its /v1/rank URL)")
-    p.add_argument("--speedup", type=float, default=1.0, help="replay the trace X times faster")
-    p.add_argument("--duration", type=float, default=None, help="replay at most S seconds (after speedup)")
-    p.add_argument("--max-requests", type=int, default=100_000)
-    p.add_argument("--max-in-flight", type=int, default=512)
-    p.add_argument("--timeout", type=float, default=10.0, help="per-request timeout, seconds")
-    p.add_argument("--interval", type=float, default=1.0, help="reporting interval, seconds")
+    p.add_argument("--speedup", type=positive_float, default=1.0, help="replay the trace X times faster")
+    p.add_argument("--duration", type=positive_float, default=None, help="replay at most S seconds (after speedup)")
+    p.add_argument("--max-requests", type=positive_int, default=100_000)
+    p.add_argument("--max-in-flight", type=positive_int, default=512)
+    p.add_argument("--timeout", type=positive_float, default=10.0, help="per-request timeout, seconds")
+    p.add_argument("--interval", type=positive_float, default=1.0, help="reporting interval, seconds")
     p.add_argument("--cost-column", default=None, help="CSV column that weights requests (e.g. ContextTokens)")
-    p.add_argument("--candidates", type=int, default=64, help="candidates of a request of average cost")
-    p.add_argument("--max-candidates", type=int, default=2048)
-    p.add_argument("--seq-len", type=int, default=None, help="events in the user sequence (default: the model's)")
+    p.add_argument("--candidates", type=positive_int, default=64, help="candidates of a request of average cost")
+    p.add_argument("--max-candidates", type=positive_int, default=2048)
+    p.add_argument(
+        "--seq-len", type=positive_int, default=None, help="events in the user sequence (default: the model's)"
+    )
     p.add_argument("--records", default=None, help="write one JSON line per request (t, ms, status) to this file")
     p.add_argument("--body", default=None, help="a request body file to cut requests from (default: ask the server)")
     return p
@@ -47,12 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         return _labelled(args)
     if not args.trace:
         print("error: give --trace (a load replay) or --labelled (scored requests)", file=sys.stderr)
-        return 2
-    if args.speedup <= 0 or (args.duration is not None and args.duration <= 0) or args.interval <= 0:
-        print("error: --speedup, --duration and --interval must be > 0", file=sys.stderr)
-        return 2
-    if min(args.max_requests, args.max_in_flight, args.candidates, args.max_candidates) < 1:
-        print("error: --max-requests, --max-in-flight, --candidates, --max-candidates must be >= 1", file=sys.stderr)
         return 2
     try:
         arrivals = load_trace(args.trace, args.cost_column)

@@ -17,6 +17,7 @@ import torch
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from ..argtypes import non_negative_float, non_negative_int, positive_float, positive_int, tcp_port
 from ..models.devices import DEVICE_ENV, DeviceError, resolve_device
 from ..models.model_dir import LoadedModel
 from ..scoring.engine import load_model, preset_model
@@ -35,14 +36,19 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--model", help="model directory (gem-model.json + weights); default $GEM_MODEL_DIR")
     src.add_argument("--preset", help="serve a randomly initialised preset (tiny, small, base, large) instead")
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=int(os.environ.get("GEM_SERVING_PORT", "8080")))
+    p.add_argument(
+        "--port",
+        type=tcp_port,
+        default=os.environ.get("GEM_SERVING_PORT", "8080"),
+        help="listen port (default $GEM_SERVING_PORT, else 8080; 0: a free one)",
+    )
     p.add_argument("--no-sharing", action="store_true", help="per-candidate baseline: encode the user per candidate")
-    p.add_argument("--max-batch-size", type=int, default=64, help="requests per dynamic batch")
-    p.add_argument("--max-batch-candidates", type=int, default=8192, help="candidates per dynamic batch")
-    p.add_argument("--max-candidates", type=int, default=2048, help="candidates per request (more: 413)")
-    p.add_argument("--max-queue", type=int, default=256, help="requests waiting before 503 + Retry-After")
-    p.add_argument("--batch-timeout-ms", type=float, default=2.0, help="longest wait for a batch to fill")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--max-batch-size", type=positive_int, default=64, help="requests per dynamic batch")
+    p.add_argument("--max-batch-candidates", type=positive_int, default=8192, help="candidates per dynamic batch")
+    p.add_argument("--max-candidates", type=positive_int, default=2048, help="candidates per request (more: 413)")
+    p.add_argument("--max-queue", type=positive_int, default=256, help="requests waiting before 503 + Retry-After")
+    p.add_argument("--batch-timeout-ms", type=non_negative_float, default=2.0, help="longest wait for a batch to fill")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument(
         "--device",
         default=None,
@@ -62,7 +68,9 @@ def parser() -> argparse.ArgumentParser:
         "micro-benchmark and a quality gate; the plan recorded in the model directory is reused)",
     )
     p.add_argument("--device-profile", help="with --device emulated:NAME: a profile file instead of the built-in NAME")
-    p.add_argument("--device-time-scale", type=float, default=1.0, help="with emulated: a device X times slower")
+    p.add_argument(
+        "--device-time-scale", type=positive_float, default=1.0, help="with emulated: a device X times slower"
+    )
     p.add_argument("--publish-url", help="redis:// URL: publish served candidate sets for Solaris precompute")
     p.add_argument("--publish-stream", default="gem:candidates")
     p.add_argument("--embedding-store", help="redis:// URL: look up Solaris precomputed embeddings per request")
@@ -70,10 +78,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fallback", default="exact,userAdGroupAggregate,similarUser", help="with --embedding-store")
     p.add_argument("--store-version", help="with --embedding-store: the foundation version the store is keyed by")
     p.add_argument("--example-request", action="store_true", help="print a valid request body and exit")
-    p.add_argument("--candidates", type=int, default=64, help="with --example-request")
+    p.add_argument("--candidates", type=positive_int, default=64, help="with --example-request")
     p.add_argument(
         "--seq-len",
-        type=int,
+        type=positive_int,
         default=None,
         help="events in the example body (default: the model's); with --preset also the model's sequence length",
     )
@@ -97,10 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     if not model_dir and not args.preset:
         print("error: give --model DIR (or set GEM_MODEL_DIR) or --preset NAME", file=sys.stderr)
         return 2
-    for name in ("max_batch_size", "max_batch_candidates", "max_candidates", "max_queue"):
-        if getattr(args, name) < 1:
-            print(f"error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
-            return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..argtypes import positive_int
 from ..loader.manifest import MANIFEST_NAME, build_manifest
 from ..models.model_dir import save_model_dir
 from ..scoring.engine import preset_model
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", help="origin directory to write (created)")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--part-size", type=int, default=8 * 1024 * 1024, help="manifest part size in bytes")
+    p.add_argument("--part-size", type=positive_int, default=8 * 1024 * 1024, help="manifest part size in bytes")
     args = p.parse_args(argv)
     try:
         loaded = preset_model(args.preset, seed=args.seed)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..argtypes import non_negative_int, positive_int
 from ..scoring.engine import load_model
 from ..scoring.precision import PRECISIONS
 from ..scoring.precision_plan import plan_precision, write_plan
@@ -34,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=os.environ.get("GEM_MODEL_DIR"), help="model directory (default $GEM_MODEL_DIR)")
     p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--candidates", type=int, default=256, help="candidates of the representative request")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--candidates", type=positive_int, default=256, help="candidates of the representative request")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="torch intra-op threads (0: torch's default)")
     args = p.parse_args(argv)
     if not args.model:
         print("error: give --model DIR (or set GEM_MODEL_DIR)", file=sys.stderr)

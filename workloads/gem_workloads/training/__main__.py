@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..argtypes import non_negative_int, positive_float, positive_int, tcp_port
 from .env import ENV_HELP, EnvContractError, TrainingEnv, load_env, require_supported_mesh
 
 
@@ -35,19 +36,21 @@ def parser() -> argparse.ArgumentParser:
         "row group and one batch of rows per source, 4 prefetched batches, and the sequence datasets as "
         "columns (8 x (2 + features) bytes per event). Replaces --data",
     )
-    p.add_argument("--steps", type=int, help="total steps (default: config file, else 100)")
+    p.add_argument("--steps", type=positive_int, help="total steps (default: config file, else 100)")
     p.add_argument(
         "--checkpoint-dir",
         help="checkpoint location (path, file://, s3://, gs://); resumes from its newest complete checkpoint",
     )
     p.add_argument(
-        "--checkpoint-every", type=int, help="steps between checkpoints (default: config, else 0 = at the end)"
+        "--checkpoint-every",
+        type=non_negative_int,
+        help="steps between checkpoints (default: config, else 0 = at the end)",
     )
-    p.add_argument("--batch-size", type=int, default=256, help="examples per rank per step")
-    p.add_argument("--lr", type=float, default=3e-3, help="dense Adam learning rate")
-    p.add_argument("--sparse-lr", type=float, default=0.05, help="embedding Adagrad learning rate")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="examples per rank per step")
+    p.add_argument("--lr", type=positive_float, default=3e-3, help="dense Adam learning rate")
+    p.add_argument("--sparse-lr", type=positive_float, default=0.05, help="embedding Adagrad learning rate")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-every", type=positive_int, default=10, help="steps between log lines")
     p.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda"],
@@ -56,15 +59,19 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--bf16", action="store_true", help="FSDP2 mixed precision: bf16 params, fp32 reduce")
     p.add_argument("--comp-skip", choices=["on", "off"], help="override the preset's CompSkip")
-    p.add_argument("--metrics-port", type=int, help="Prometheus port (default GEM_METRICS_PORT or 9400; 0 = off)")
+    p.add_argument("--metrics-port", type=tcp_port, help="Prometheus port (default GEM_METRICS_PORT or 9400; 0 = off)")
     p.add_argument(
         "--export",
         metavar="URI",
         help="export versioned model directories to URI/v<N>/ (path, file://, s3://, gs://) at the end and every "
         "--export-every steps, each scored on a time-ordered holdout (default: GEM_EXPORT_URI, config file)",
     )
-    p.add_argument("--export-every", type=int, help="steps between exports (default: config, else 0 = at the end)")
-    p.add_argument("--holdout-examples", type=int, default=20_000, help="holdout examples every export is scored on")
+    p.add_argument(
+        "--export-every", type=non_negative_int, help="steps between exports (default: config, else 0 = at the end)"
+    )
+    p.add_argument(
+        "--holdout-examples", type=positive_int, default=20_000, help="holdout examples every export is scored on"
+    )
     p.add_argument(
         "--holdout-source",
         action="append",

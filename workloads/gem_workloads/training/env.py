@@ -137,7 +137,9 @@ def _get(env: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0) -> int:
+def _int(
+    env: Mapping[str, str], name: str, default: int | None, *, minimum: int = 0, maximum: int | None = None
+) -> int:
     raw = _get(env, name)
     if raw is None:
         if default is None:
@@ -149,6 +151,8 @@ def _int(env: Mapping[str, str], name: str, default: int | None, *, minimum: int
         raise EnvContractError(name, raw, "must be an integer") from None
     if value < minimum:
         raise EnvContractError(name, raw, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise EnvContractError(name, raw, f"must be <= {maximum}")
     return value
 
 
@@ -253,7 +257,7 @@ def load_env(env: Mapping[str, str]) -> TrainingEnv:
         rank_map_file=_get(env, "GEM_RANK_MAP_FILE"),
         checkpoint_uri=_get(env, "GEM_CHECKPOINT_URI"),
         resume_from=resume,
-        metrics_port=_int(env, "GEM_METRICS_PORT", 9400),
+        metrics_port=_int(env, "GEM_METRICS_PORT", 9400, maximum=65535),
     )
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from ..argtypes import positive_int
 from ..data.blocks import collate
 from ..data.catalog import load_dataset
 from ..data.timeline import TimedDataset
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", choices=["synthetic", "movielens"], default="synthetic")
     p.add_argument("--seed", type=int, default=0, help="synthetic data seed")
     p.add_argument("--output", required=True, help="folder for soft labels, LoopFM representations, embeddings")
-    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--batch-size", type=positive_int, default=1024)
     p.add_argument("--device", help="cuda, cpu (default $GEM_DEVICE, else cuda when present, else cpu)")
     args = p.parse_args(argv)
     try:

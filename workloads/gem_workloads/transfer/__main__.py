@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from ..argtypes import non_negative_int
 from ..data.catalog import DATASETS
 
 
@@ -30,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--kd-weight", type=float, default=0.2, help="weight of the soft labels in [0, 1]")
     e.add_argument("--memory-len", type=int, default=16, help="LoopFM representations per user (K)")
     e.add_argument("--users", type=int, default=None, help="synthetic: number of users (default 4000)")
-    e.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    e.add_argument("--threads", type=non_negative_int, default=0, help="torch intra-op threads (0: torch's default)")
     e.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     e.add_argument("--device", help="cuda, cpu (default $GEM_DEVICE, else cuda when present, else cpu)")
     return p
