@@ -119,6 +119,7 @@ def test_profile_replaces_defaults(tmp_path: Path) -> None:
         ("{not json", "line 1 column 2"),
         ('{"throughput": 5}', "unknown keys ['throughput']"),
         ('{"throughput_per_replica": 0}', "must be positive"),
+        ('{"timeout_ms": 0}', "timeout_ms must be positive, got 0 (the p99 reported while nothing serves"),
         ('{"throughput_per_replica": "fast"}', "must be a number"),
         ('{"sm_active": [[0, 1], [0, 2]]}', "x values must increase"),
         ('{"sm_active": [[0, 1], [1]]}', "sm_active[1]"),

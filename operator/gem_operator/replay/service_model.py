@@ -25,7 +25,8 @@ Defaults and why (override any of them with `--profile FILE.json`, same keys):
   created, and holds its GPUs from creation, so slow starts cost GPU-hours too.
 - `cpu_utilisation` (for an HPA-on-CPU baseline): 0.05 + 0.25 * utilisation. CPU barely moves
   with GPU work, which is why CPU is a poor scaling signal for this server.
-- `timeout_ms` = 10 000: latency reported when nothing can serve (no Ready replica).
+- `timeout_ms` = 10 000: latency reported when nothing can serve (no Ready replica); > 0, or an
+  outage would read as within the SLO.
 - `service_seconds` = 0 (off): when > 0, each replica serves one request at a time in this fixed
   time behind a round-robin front (the load test's emulated replicas), and the pool is simulated
   request by request (`round_robin.RoundRobinQueues`) instead of as one fluid queue with the
@@ -124,8 +125,8 @@ class ServiceModel:
             else:
                 if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                     raise ProfileError(f"{where}: {key} must be a number, got {value!r}")
-                if value < 0 or (key == "throughput_per_replica" and value <= 0):
-                    raise ProfileError(f"{where}: {key} must be positive, got {value!r}")
+                if value < 0 or (key in _ABOVE_ZERO and value <= 0):
+                    raise ProfileError(f"{where}: {key} must be positive, got {value!r}{_ABOVE_ZERO.get(key, '')}")
                 updates[key] = float(value)
         return replace(model, **updates)
 
@@ -145,6 +146,12 @@ class ServiceModel:
 
 _CURVES = ("latency_p99_ms", "sm_active", "cpu_utilisation")
 _KEYS = tuple(f.name for f in fields(ServiceModel) if f.name != "source")
+# Keys where 0 is no setting at all, each with what 0 would do (pod start or load may be instant,
+# and service_seconds 0 is "off").
+_ABOVE_ZERO = {
+    "throughput_per_replica": "",
+    "timeout_ms": " (the p99 reported while nothing serves; 0 would show an outage as within the SLO)",
+}
 
 
 def _curve(value: Any, where: str) -> Curve:
