@@ -1,15 +1,20 @@
-"""`gemop run` options: distinct peering priorities, log level and format."""
+"""`gemop run` options: distinct peering priorities, log level and format, the environment it reads."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 
 from gem_operator.cli import build_parser
 from gem_operator.cli.logs import configure_logging
 from gem_operator.cli.operator import PRIORITY_MAX, OperatorOptions, default_priority
+from gem_operator.envvars import EnvSettingError, env_number
 
 
 def test_priorities_are_distinct_per_replica_and_stable_per_pod() -> None:
@@ -48,3 +53,49 @@ def test_json_and_text_lines_carry_time_level_and_message(capsys: pytest.Capture
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+@pytest.mark.parametrize(
+    ("env", "kwargs", "value_or_error"),
+    [
+        ({}, {"above": 0}, 10.0),
+        ({"X": " "}, {"above": 0}, 10.0),
+        ({"X": "2.5"}, {"above": 0, "at_most": 3600}, 2.5),
+        ({"X": "3600"}, {"above": 0, "at_most": 3600}, 3600.0),
+        ({"X": "0"}, {"above": 0, "at_most": 3600}, "X='0': expected a finite number > 0 and <= 3600"),
+        ({"X": "nan"}, {"above": 0}, "X='nan': expected a finite number > 0"),
+        ({"X": "inf"}, {"above": 0}, "X='inf': expected a finite number > 0"),
+        ({"X": "abc"}, {"above": 0}, "X='abc': expected a finite number > 0"),
+        ({"X": "6"}, {"at_least": 1, "whole": True}, 6.0),
+        ({"X": "1.5"}, {"at_least": 1, "whole": True}, "X='1.5': expected a whole number >= 1"),
+        ({"X": "70000"}, {"at_least": 0, "at_most": 65535, "whole": True}, "expected a whole number >= 0 and <= 65535"),
+    ],
+)
+def test_env_number_bounds(env: dict[str, str], kwargs: dict[str, Any], value_or_error: float | str) -> None:
+    if isinstance(value_or_error, float):
+        assert env_number("X", 10.0, env=env, **kwargs) == value_or_error
+    else:
+        with pytest.raises(EnvSettingError) as info:
+            env_number("X", 10.0, env=env, **kwargs)
+        assert value_or_error in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expects"),
+    [
+        ("GEM_RESYNC_SECONDS", "abc", "a finite number > 0 and <= 3600"),
+        ("GEM_RESYNC_SECONDS", "0", "a finite number > 0 and <= 3600"),
+        ("GEM_PEERING_LIFETIME", "-1", "a whole number >= 1"),
+        ("GEM_CPU_BUDGET_SECONDS", "nan", "a finite number > 0"),
+        ("GEM_METRICS_PORT", "99999", "a whole number >= 0 and <= 65535"),
+    ],
+)
+def test_gemop_run_names_a_bad_environment_variable(name: str, value: str, expects: str) -> None:
+    """Read with a bare float(), `abc` was a traceback and `0` or `nan` reached kopf's timers; now
+    `gemop run` stops before it starts, with one line naming the variable (exit 2)."""
+    env = {**os.environ, name: value, "KUBECONFIG": "/nonexistent"}
+    argv = [sys.executable, "-m", "gem_operator.cli", "run", "-A", "--metrics-port", "0"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"gemop run: {name}={value!r}: expected {expects}"
+    assert "Traceback" not in done.stderr

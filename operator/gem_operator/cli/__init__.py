@@ -45,6 +45,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     if args.metrics_port:
         os.environ["GEM_METRICS_PORT"] = str(args.metrics_port)
+    from gem_operator.envvars import EnvSettingError
+
+    try:  # the handlers read the operator's environment variables (envvars) as they load
+        from gem_operator.controllers import REGISTRY  # noqa: F401
+    except EnvSettingError as exc:
+        print(f"gemop run: {exc}", file=sys.stderr)
+        return 2
     priority = args.priority if args.priority is not None else default_priority()
     opts = OperatorOptions(
         namespaces=args.namespace or (),

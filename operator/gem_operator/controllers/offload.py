@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
+from gem_operator.envvars import env_number
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
-CPU_BUDGET_SECONDS = float(os.environ.get("GEM_CPU_BUDGET_SECONDS", "60"))
+CPU_BUDGET_SECONDS = env_number("GEM_CPU_BUDGET_SECONDS", 60.0, above=0)
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gem-cpu")
 
 

@@ -16,10 +16,11 @@ from typing import Any
 import kopf
 
 from gem_operator.controllers.reconcile import PassesInFlight
+from gem_operator.envvars import env_number
 from gem_operator.kube import KubeApi, auth
 
-RESYNC_SECONDS = float(os.environ.get("GEM_RESYNC_SECONDS", "10"))
-METRICS_PORT = int(os.environ.get("GEM_METRICS_PORT", "0"))
+RESYNC_SECONDS = env_number("GEM_RESYNC_SECONDS", 10.0, above=0, at_most=3600)
+METRICS_PORT = int(env_number("GEM_METRICS_PORT", 0, at_least=0, at_most=65535, whole=True))
 # Model-cache peers for the loader (the chart's cache Service when its DaemonSet is enabled).
 MODEL_PEERS: tuple[str, ...] = tuple(u for u in os.environ.get("GEM_MODEL_PEERS", "").split(",") if u)
 # Whether workload pods may mount the node cache hostPath (`model.loader.nodeCache`): "hostPath"
@@ -32,7 +33,7 @@ NODE_CACHE: bool = os.environ.get("GEM_NODE_CACHE", "hostPath").strip().lower() 
 # faster takeover but a keep-alive PATCH every few seconds, and a leader that cannot reach the API
 # for longer than this (a long GC pause, an API outage) is presumed dead and a second replica
 # starts acting beside it; kopf's default of 60 s errs the other way.
-PEERING_LIFETIME = int(os.environ.get("GEM_PEERING_LIFETIME", "15"))
+PEERING_LIFETIME = int(env_number("GEM_PEERING_LIFETIME", 15, at_least=1, whole=True))
 
 
 @kopf.on.startup()

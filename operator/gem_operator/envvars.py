@@ -1,0 +1,53 @@
+"""The operator's numeric environment variables, read once when the handlers load, and checked.
+
+They come from the chart (whose values schema bounds them) but also from `kubectl set env`, a
+hand-edited manifest or a shell, where nothing does. Read with a bare `float()`, `abc` stopped
+`gemop run` with a traceback, while `0` or `nan` for the resync period went through to kopf's
+timers. A bad value raises `EnvSettingError`, which `gemop run` reports as one line naming the
+variable and what it takes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+
+class EnvSettingError(ValueError):
+    """An environment variable of the operator holds a value it cannot run with."""
+
+
+def env_number(
+    name: str,
+    default: float,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    whole: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> float:
+    """`name` from the environment (unset or blank: `default`), checked against its bounds."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    bounds = [f"> {above:g}" if above is not None else "", f">= {at_least:g}" if at_least is not None else ""]
+    bounds.append(f"<= {at_most:g}" if at_most is not None else "")
+    expected = f"a {'whole number' if whole else 'finite number'} {' and '.join(b for b in bounds if b)}".strip()
+    try:
+        value = float(int(raw)) if whole else float(raw)
+    except ValueError:
+        raise EnvSettingError(f"{name}={raw!r}: expected {expected}") from None
+    in_bounds = (
+        math.isfinite(value)
+        and (above is None or value > above)
+        and (at_least is None or value >= at_least)
+        and (at_most is None or value <= at_most)
+    )
+    if not in_bounds:
+        raise EnvSettingError(f"{name}={raw!r}: expected {expected}")
+    return value
+
+
+__all__ = ["EnvSettingError", "env_number"]
