@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ pytest.importorskip("torchrec")
 from gem_workloads.data.ads_log import AdsLogConfig, write_ads_log
 from gem_workloads.data.parquet_stream import InvalidData, ParquetStream
 from gem_workloads.data.spec import DataSpecError, parse_data_spec
-from gem_workloads.data.stores import DataUnavailable, locate, with_retries
+from gem_workloads.data.stores import DataUnavailable, RetrySettingError, locate, retry_settings, with_retries
 from gem_workloads.data.stream_loader import StreamLoader, open_streams
 from gem_workloads.data.stream_mix import TimeMixer
 
@@ -138,6 +139,23 @@ def test_unreachable_store_is_retried_then_reported(monkeypatch: pytest.MonkeyPa
     env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
     with pytest.raises(DataUnavailable, match="'feed' at s3://bucket/feed: unreachable after 2 attempts"):
         ParquetStream("feed", locate("feed", "s3://bucket/feed", env), {"ts": "time"}, "ts")
+
+
+def test_retry_settings_refuse_what_would_read_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GEM_DATA_RETRIES=0 ran no attempt, so a read returned None as if the source were empty."""
+    assert retry_settings({}) == (5, 0.5)
+    assert retry_settings({"GEM_DATA_RETRIES": "2", "GEM_DATA_RETRY_BASE_S": "0"}) == (2, 0.0)
+    for env, words in [
+        ({"GEM_DATA_RETRIES": "0"}, "GEM_DATA_RETRIES='0': expected a whole number >= 1"),
+        ({"GEM_DATA_RETRIES": "-1"}, "GEM_DATA_RETRIES='-1': expected a whole number >= 1"),
+        ({"GEM_DATA_RETRY_BASE_S": "inf"}, "GEM_DATA_RETRY_BASE_S='inf': expected a finite number of seconds >= 0"),
+        ({"GEM_DATA_RETRY_BASE_S": "-0.5"}, "GEM_DATA_RETRY_BASE_S='-0.5': expected a finite number"),
+    ]:
+        with pytest.raises(RetrySettingError, match=re.escape(words)):
+            retry_settings(env)
+    monkeypatch.setenv("GEM_DATA_RETRIES", "0")
+    with pytest.raises(RetrySettingError):
+        with_retries("source 'feed'", lambda: 1)
 
 
 def test_shards_are_disjoint_complete_and_deterministic(tmp_path: Path) -> None:

@@ -28,6 +28,40 @@ RETRY_ATTEMPTS = 5
 RETRY_BASE_S = 0.5
 
 
+class RetrySettingError(ValueError):
+    """GEM_DATA_RETRIES or GEM_DATA_RETRY_BASE_S holds a value the retries cannot run with."""
+
+    def __init__(self, variable: str, value: str, expected: str) -> None:
+        self.variable, self.value, self.expected = variable, value, expected
+        super().__init__(f"{variable}={value!r}: expected {expected}")
+
+
+def retry_settings(env: Mapping[str, str]) -> tuple[int, float]:
+    """(attempts, first backoff in seconds) from GEM_DATA_RETRIES and GEM_DATA_RETRY_BASE_S.
+
+    Checked, not just converted: 0 attempts made the retry loop run no attempt at all, so every
+    read returned None as if it had read nothing; `abc` was a traceback from deep in a data read.
+    """
+    raw_attempts = env.get("GEM_DATA_RETRIES", "").strip()
+    raw_base = env.get("GEM_DATA_RETRY_BASE_S", "").strip()
+    attempts, base_s = RETRY_ATTEMPTS, RETRY_BASE_S
+    if raw_attempts:
+        try:
+            attempts = int(raw_attempts)
+        except ValueError:
+            attempts = 0
+        if attempts < 1:
+            raise RetrySettingError("GEM_DATA_RETRIES", raw_attempts, "a whole number >= 1 (attempts per read)")
+    if raw_base:
+        try:
+            base_s = float(raw_base)
+        except ValueError:
+            base_s = -1.0
+        if not 0 <= base_s < float("inf"):
+            raise RetrySettingError("GEM_DATA_RETRY_BASE_S", raw_base, "a finite number of seconds >= 0")
+    return attempts, base_s
+
+
 class DataUnavailable(RuntimeError):
     """A store stayed unreachable (or a dataset absent) after the retries; the message names source and URI."""
 
@@ -124,8 +158,9 @@ def with_retries(
     A missing path is not retried: it will not appear by waiting, and the message says so at once.
     Defaults: ``GEM_DATA_RETRIES`` attempts (5), the first backoff ``GEM_DATA_RETRY_BASE_S`` (0.5 s).
     """
-    attempts = attempts or int(os.environ.get("GEM_DATA_RETRIES", RETRY_ATTEMPTS))
-    base_s = float(os.environ.get("GEM_DATA_RETRY_BASE_S", RETRY_BASE_S)) if base_s is None else base_s
+    env_attempts, env_base_s = retry_settings(os.environ)
+    attempts = attempts or env_attempts
+    base_s = env_base_s if base_s is None else base_s
     for attempt in range(1, attempts + 1):
         try:
             return fn()

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data.stores import RetrySettingError, retry_settings
+
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
 ENV_HELP = """\
@@ -41,6 +43,8 @@ environment (the GEMTraining env contract, docs/contracts.md; PET_* forms are ac
   GEM_CHECKPOINT_STAGING         node-local scratch for object-store checkpoints (default: temp dir)
   GEM_METRICS_PORT               Prometheus port of local rank 0 (default 9400; 0 disables)
   GEM_NUM_THREADS                torch intra-op threads per process (default: torch's choice)
+  GEM_DATA_RETRIES               attempts per read of a data source (default 5, at least 1)
+  GEM_DATA_RETRY_BASE_S          first backoff between them, doubling (default 0.5 s)
 
 parallelism (--model kunlun): pp pipelines the layer stack (GPipe, pp microbatches; embeddings on stage 0,
 heads on the last), tp splits heads and MLP widths, cp splits the sequence by attention blocks, ep spreads
@@ -236,6 +240,11 @@ def load_env(env: Mapping[str, str]) -> TrainingEnv:
         if not isinstance(loaded, dict):
             raise EnvContractError("GEM_CONFIG_FILE", config_file, "must hold a JSON object")
         config = loaded
+    _int(env, "GEM_NUM_THREADS", 0)  # read by each process as it starts; checked here, before any starts
+    try:
+        retry_settings(env)
+    except RetrySettingError as exc:
+        raise EnvContractError(exc.variable, exc.value, f"must be {exc.expected}") from None
     resume = _get(env, "GEM_RESUME_FROM")
     if resume is not None and not re.fullmatch(r"step-\d+", resume):
         raise EnvContractError("GEM_RESUME_FROM", resume, "must name a checkpoint like step-000400 (or be empty)")
