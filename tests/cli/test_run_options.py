@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,3 +100,13 @@ def test_gemop_run_names_a_bad_environment_variable(name: str, value: str, expec
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"gemop run: {name}={value!r}: expected {expects}"
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["sim", "up", "--operator"]])
+def test_commands_that_run_the_operator_in_process_name_it_too(argv: list[str], tmp_path: Path) -> None:
+    env = {**os.environ, "GEM_RESYNC_SECONDS": "nan"}
+    cmd = [sys.executable, "-m", "gem_operator.cli", *argv]
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"gemop {argv[0]}: GEM_RESYNC_SECONDS='nan': expected a finite number > 0 and <= 3600"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gem_operator import __version__
 from gem_operator.argtypes import tcp_port
+from gem_operator.envvars import EnvSettingError
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -45,13 +46,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     if args.metrics_port:
         os.environ["GEM_METRICS_PORT"] = str(args.metrics_port)
-    from gem_operator.envvars import EnvSettingError
+    from gem_operator.controllers import REGISTRY  # noqa: F401  (a bad GEM_* variable stops here: see main)
 
-    try:  # the handlers read the operator's environment variables (envvars) as they load
-        from gem_operator.controllers import REGISTRY  # noqa: F401
-    except EnvSettingError as exc:
-        print(f"gemop run: {exc}", file=sys.stderr)
-        return 2
     priority = args.priority if args.priority is not None else default_priority()
     opts = OperatorOptions(
         namespaces=args.namespace or (),
@@ -195,7 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gemop {argv[0]}: {missing}", file=sys.stderr)
             return 2
     args = build_parser(load_extras=not argv or argv[0] not in BUILTIN_COMMANDS).parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except EnvSettingError as exc:  # run, demo and sim load the handlers, which read these as they load
+        print(f"gemop {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
