@@ -100,3 +100,29 @@ def test_sim_up_fleet_error_from_a_subprocess_is_one_line() -> None:
         check=False,
     )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # json's and PyYAML's parsers recurse once per level
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["plan", "{deep}"], "JOB {deep}: nested too deeply to be a Kubernetes object"),
+        (["plan", str(SAMPLES / "gemtraining.yaml"), "--nodes", "{deep}"], "--nodes {deep}: nested too deeply"),
+        (["replay", "--trace", str(TRACE), "--service", "{deep}"], "{deep}: invalid YAML: nested too deeply"),
+        (["replay", "--trace", "{deep}", "--service", str(SAMPLES / "rankingservice.yaml")], "line 1: invalid JSON"),
+        (
+            ["replay", "--trace", str(TRACE), "--service", str(SAMPLES / "rankingservice.yaml"), "--profile", "{deep}"],
+            "{deep}: not JSON: nested too deeply for a profile",
+        ),
+    ],
+)
+def test_deeply_nested_files_are_one_line(
+    argv: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A RecursionError from the parser was a traceback; now the same one line as any malformed file."""
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP)
+    assert main([a.format(deep=deep) for a in argv]) == 2
+    one_line_error(capsys, 2, needle.format(deep=deep))

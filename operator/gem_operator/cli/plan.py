@@ -38,8 +38,12 @@ def _parse_documents(text: str, path: Path, what: str) -> list[Any]:
             return [json.loads(text)]
         except json.JSONDecodeError as exc:
             json_error = exc  # perhaps a YAML flow mapping; YAML decides
+        except RecursionError:  # both parsers recurse per level: no manifest nests like this
+            raise PlanInputError(f"{what} {path}: nested too deeply to be a Kubernetes object") from None
     try:
         return [d for d in yaml.load_all(text, Loader=_YAML_LOADER) if d is not None]
+    except RecursionError:
+        raise PlanInputError(f"{what} {path}: nested too deeply to be a Kubernetes object") from None
     except yaml.YAMLError as exc:
         if json_error is not None:
             raise PlanInputError(

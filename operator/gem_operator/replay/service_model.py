@@ -108,6 +108,8 @@ class ServiceModel:
             raise ProfileError(f"{p}: cannot read profile: {exc.strerror or exc}") from exc
         except json.JSONDecodeError as exc:
             raise ProfileError(f"{p}: line {exc.lineno} column {exc.colno}: not JSON: {exc.msg}") from exc
+        except RecursionError:  # json's decoder recurses per level
+            raise ProfileError(f"{p}: not JSON: nested too deeply for a profile") from None
         return cls.from_mapping(raw, where=str(p))
 
     @classmethod

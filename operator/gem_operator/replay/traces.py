@@ -150,6 +150,8 @@ def _load_jsonl(path: Path) -> Arrivals:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise TraceError(f"{path}: line {no}, column {exc.colno}: invalid JSON: {exc.msg}") from None
+        except RecursionError:  # json's decoder recurses per level
+            raise TraceError(f"{path}: line {no}: invalid JSON: nested too deeply for a trace line") from None
         if not isinstance(obj, dict):
             raise TraceError(f'{path}: line {no}: expected an object like {{"t": 0.5, "cost": 1}}')
 
@@ -307,6 +309,8 @@ def load_service(path: str | Path) -> tuple[str, RankingServiceSpec]:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise TraceError(f"{p}: {where}invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:  # the YAML parser recurses per level: no manifest nests like this
+        raise TraceError(f"{p}: invalid YAML: nested too deeply to be a RankingService manifest") from None
     docs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RankingService"]
     if not docs:
         raise TraceError(f"{p}: no RankingService document (kind: RankingService)")

@@ -44,6 +44,12 @@ def test_manifest_rejects_bad_structure(tmp_path: Path, helpers: Any, mutate: An
         Manifest.from_json(json.dumps(data))
 
 
+def test_manifest_nested_too_deeply_is_a_manifest_error() -> None:
+    """json's decoder recurses per level: an origin serving such a body was a RecursionError traceback."""
+    with pytest.raises(ManifestError, match="not valid JSON: nested too deeply"):
+        Manifest.from_json("[" * 100_000 + "]" * 100_000)
+
+
 def test_parse_size() -> None:
     assert parse_size("16MiB", "x") == 16 << 20
     assert parse_size("64k", "x") == 64 << 10

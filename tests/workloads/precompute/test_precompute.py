@@ -169,11 +169,13 @@ def test_fresh_pairs_are_skipped_and_bad_entries_dead_lettered(loaded: LoadedMod
     client.xadd(STREAM, cset.fields())  # the same user sees the same ads again
     client.xadd(STREAM, {"request": "{not json"})
     client.xadd(STREAM, {"request": '{"user": {"features": {"user_id": 1}}, "candidates": []}'})
+    client.xadd(STREAM, {"request": "[" * 100_000 + "]" * 100_000})  # a RecursionError in json's decoder
     s = w.step(block_ms=10)
-    assert s.pairs_fresh == 2 and s.pairs_written == 0 and s.dead == 2 and s.entries == 3
+    assert s.pairs_fresh == 2 and s.pairs_written == 0 and s.dead == 3 and s.entries == 4
     dead = client.xrange(f"{STREAM}:dead")
     reasons = [d[1][b"reason"].decode() for d in dead]
     assert any("not JSON" in r for r in reasons) and any("candidates: empty" in r for r in reasons)
+    assert any("nested too deeply" in r for r in reasons)
     assert backlog(client, STREAM, "g") == (0, 0.0)
 
 

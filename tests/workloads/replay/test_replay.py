@@ -75,6 +75,16 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "argument --speedup: expected a finite number > 0, got '0'" in capsys.readouterr().err
 
 
+def test_deeply_nested_lines_are_refused_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """json's decoder recurses per level: such a line was a RecursionError traceback."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    assert replay_main(["--trace", str(deep), "--url", "http://127.0.0.1:9"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {deep}: line 1: not JSON: nested too deeply"
+    assert replay_main(["--labelled", str(deep), "--url", "http://127.0.0.1:9"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --labelled: {deep}:1: not JSON: nested too deeply"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -81,6 +81,9 @@ def test_bad_device_flags(tmp_path: Path) -> None:
     bad.write_text("{nope")
     with pytest.raises(DeviceProfileError, match="not JSON"):
         DeviceProfile.load(bad)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # a RecursionError in json
+    with pytest.raises(DeviceProfileError, match="not JSON: nested too deeply"):
+        DeviceProfile.load(tmp_path / "deep.json")
     from gem_workloads.serving.__main__ import main
 
     assert main(["--preset", "tiny", "--device", "emulated:tpu9"]) == 2

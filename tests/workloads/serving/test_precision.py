@@ -121,6 +121,9 @@ def test_plan_is_recorded_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert isinstance(loaded.model.get_submodule("heads"), Cast)
     assert loaded.precision is not None and loaded.precision["layers"] == message["layers"]
     assert not report({"x": 1}, str(tmp_path / "absent" / "log"))
+    # an unreadable plan (here nested too deeply for json's decoder) is planned again, not a traceback
+    (tmp_path / PLAN_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    assert precision_plan.load_plan(tmp_path) is None
 
 
 async def test_server_reports_its_plan() -> None:

@@ -146,6 +146,10 @@ async def test_field_level_errors_and_server_keeps_serving(make_client: Any, loa
     await _wait_ready(client)
     r = await client.post("/v1/rank", data=b'{"user": {"features": ', headers={"Content-Type": "application/json"})
     assert r.status == 400 and "not valid JSON" in (await r.json())["error"]
+    # json's decoder recurses once per level: 100,000 nested arrays were a RecursionError and a 500
+    deep = b"[" * 100_000 + b"]" * 100_000
+    r = await client.post("/v1/rank", data=deep, headers={"Content-Type": "application/json"})
+    assert r.status == 400 and "nested too deeply" in (await r.json())["error"]
     cases = [
         (lambda b: b["candidates"][2].update(domain="nowhere"), "candidates[2].domain"),
         (lambda b: b["candidates"][1].update(item_id=[1, 2]), "candidates[1].item_id"),
@@ -278,4 +282,7 @@ def test_model_dir_round_trip(tmp_path: Path, loaded: LoadedModel) -> None:
     np.testing.assert_allclose(Engine(again).score([req], True)[0], Engine(loaded).score([req], True)[0], atol=1e-6)
     (tmp_path / "gem-model.json").write_text("{")
     with pytest.raises(ModelDirError, match="not JSON"):
+        load_model_dir(tmp_path)
+    (tmp_path / "gem-model.json").write_text("[" * 100_000 + "]" * 100_000)  # a RecursionError in json
+    with pytest.raises(ModelDirError, match="not JSON: nested too deeply"):
         load_model_dir(tmp_path)

@@ -110,6 +110,9 @@ def test_save_to_s3_then_resume_is_exact_and_half_uploads_are_ignored(
             body = s3.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
             for step in ("step-000003", "step-000006"):
                 s3.client.put_object(Bucket=BUCKET, Key=key.replace("step-000004", step), Body=body)
+    # and a marker nested too deeply for json's decoder (a RecursionError): not complete either
+    deep = b"[" * 100_000 + b"]" * 100_000
+    s3.client.put_object(Bucket=BUCKET, Key=f"exact/step-000005/{MARKER}", Body=deep)
     store = ObjectStoreCheckpoints(uri, staging=tmp_path / "probe")
     assert store.newest() == "step-000004"
     assert [n for _, n in store.complete_names()] == ["step-000002", "step-000004"]

@@ -33,6 +33,8 @@ class CandidateSet:
             raise ValueError("entry has no 'request' field") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"field 'request' is not JSON: {exc}") from None
+        except RecursionError:  # json's decoder recurses per level; the entry is dead-lettered at once
+            raise ValueError("field 'request' is not JSON: nested too deeply") from None
         scores = None
         if b"scores" in fields:
             try:

@@ -167,6 +167,8 @@ class Manifest:
             data = json.loads(text)
         except (ValueError, UnicodeDecodeError) as e:
             raise ManifestError(f"manifest is not valid JSON: {e}") from None
+        except RecursionError:  # json's decoder recurses per level
+            raise ManifestError("manifest is not valid JSON: nested too deeply") from None
         if not isinstance(data, dict):
             raise ManifestError("manifest must be a JSON object")
         version = data.get("version")

@@ -157,6 +157,8 @@ def load_model_dir(directory: str | Path, device: torch.device | None = None) ->
         raise ModelDirError(f"{path}: cannot read the model description: {exc.strerror or exc}") from exc
     except json.JSONDecodeError as exc:
         raise ModelDirError(f"{path}: line {exc.lineno}: not JSON: {exc.msg}") from exc
+    except RecursionError:  # json's decoder recurses per level
+        raise ModelDirError(f"{path}: not JSON: nested too deeply") from None
     try:
         kind = str(meta["kind"])
         config = config_from_dict(meta["config"])

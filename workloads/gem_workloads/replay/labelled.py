@@ -30,6 +30,8 @@ def read_labelled(path: str | Path) -> list[dict[str, Any]]:
             line = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{n}: not JSON: {exc.msg}") from None
+        except RecursionError:  # json's decoder recurses per level
+            raise ValueError(f"{path}:{n}: not JSON: nested too deeply") from None
         if not isinstance(line, dict) or not isinstance(line.get("body"), dict):
             raise ValueError(f"{path}:{n}: expected {{'body': {{...}}, 'labels': {{task: 0|1}}}}")
         lines.append(line)

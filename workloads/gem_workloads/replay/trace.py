@@ -106,6 +106,8 @@ def load_jsonl(path: Path) -> Arrivals:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{path}: line {line}: not JSON: {exc.msg}") from None
+            except RecursionError:  # json's decoder recurses per level
+                raise TraceError(f"{path}: line {line}: not JSON: nested too deeply") from None
             if not isinstance(obj, dict) or "t" not in obj:
                 raise TraceError(f"{path}: line {line}: expected an object with 't' (seconds)")
             values: dict[str, float] = {}

@@ -208,7 +208,7 @@ def load_plan(directory: str | Path) -> PrecisionPlan | None:
         return PrecisionPlan(**raw)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
         log.warning("%s: unusable precision plan (%s); planning again", path, exc)
         return None
 

@@ -89,6 +89,8 @@ def parse_body(body: bytes) -> Any:
         return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(400, f"body is not valid JSON: {exc}") from None
+    except RecursionError:  # json's decoder recurses per level: a body of 100,000 '[' was a 500
+        raise RequestError(400, "body is not valid JSON: nested too deeply for a rank request") from None
 
 
 def parse_request(raw: Any, schema: FeatureSchema, seq_len: int, max_candidates: int) -> RankRequest:

@@ -138,6 +138,8 @@ class DeviceProfile:
             raise DeviceProfileError(f"{p}: cannot read device profile: {exc.strerror or exc}") from exc
         except json.JSONDecodeError as exc:
             raise DeviceProfileError(f"{p}: line {exc.lineno}: not JSON: {exc.msg}") from exc
+        except RecursionError:  # json's decoder recurses per level
+            raise DeviceProfileError(f"{p}: not JSON: nested too deeply") from None
         return cls.from_mapping(raw, str(p))
 
     @classmethod

@@ -289,7 +289,7 @@ class ObjectStoreCheckpoints(Checkpoints):
             return None
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # an unreadable marker: the checkpoint is not complete
             return None
         return data if isinstance(data, dict) else None
 
