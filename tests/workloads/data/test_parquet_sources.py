@@ -17,7 +17,7 @@ pytest.importorskip("torchrec")
 
 from gem_workloads.data.ads_log import AdsLogConfig, write_ads_log
 from gem_workloads.data.parquet_stream import InvalidData, ParquetStream
-from gem_workloads.data.spec import DataSpecError, parse_data_spec
+from gem_workloads.data.spec import DataSpecError, load_data_spec, parse_data_spec
 from gem_workloads.data.stores import DataUnavailable, RetrySettingError, locate, retry_settings, with_retries
 from gem_workloads.data.stream_loader import StreamLoader, open_streams
 from gem_workloads.data.stream_mix import TimeMixer
@@ -156,6 +156,14 @@ def test_retry_settings_refuse_what_would_read_nothing(monkeypatch: pytest.Monke
     monkeypatch.setenv("GEM_DATA_RETRIES", "0")
     with pytest.raises(RetrySettingError):
         with_retries("source 'feed'", lambda: 1)
+
+
+def test_a_data_spec_nested_too_deeply_is_a_data_spec_error(tmp_path: Path) -> None:
+    """The YAML parser recurses per level: such a file was a RecursionError from the trainer's preflight."""
+    deep = tmp_path / "spec.yaml"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataSpecError, match="not YAML/JSON: nested too deeply to be a data spec"):
+        load_data_spec(deep)
 
 
 def test_shards_are_disjoint_complete_and_deterministic(tmp_path: Path) -> None:

@@ -83,6 +83,9 @@ def test_config_file_errors(tmp_path: Path) -> None:
     bad.write_text("[1, 2]")
     with pytest.raises(EnvContractError, match="JSON object"):
         load_env({"GEM_CONFIG_FILE": str(bad)})
+    bad.write_text("[" * 100_000 + "]" * 100_000)  # json's decoder recurses per level: was a RecursionError
+    with pytest.raises(EnvContractError, match="is not JSON: nested too deeply"):
+        load_env({"GEM_CONFIG_FILE": str(bad)})
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

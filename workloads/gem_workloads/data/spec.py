@@ -189,6 +189,8 @@ def load_data_spec(path: str | Path) -> DataSpec:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise DataSpecError(f"{path}: not YAML/JSON: {exc}") from exc
+    except RecursionError:  # the YAML parser recurses per level
+        raise DataSpecError(f"{path}: not YAML/JSON: nested too deeply to be a data spec") from None
     if isinstance(raw, dict) and "data" in raw and "sources" not in raw:
         raw = raw["data"]
     return parse_data_spec(raw)

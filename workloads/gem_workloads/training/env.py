@@ -237,6 +237,8 @@ def load_env(env: Mapping[str, str]) -> TrainingEnv:
             raise EnvContractError("GEM_CONFIG_FILE", config_file, f"cannot be read: {exc.strerror}") from None
         except json.JSONDecodeError as exc:
             raise EnvContractError("GEM_CONFIG_FILE", config_file, f"is not JSON: {exc}") from None
+        except RecursionError:  # json's decoder recurses per level
+            raise EnvContractError("GEM_CONFIG_FILE", config_file, "is not JSON: nested too deeply") from None
         if not isinstance(loaded, dict):
             raise EnvContractError("GEM_CONFIG_FILE", config_file, "must hold a JSON object")
         config = loaded
