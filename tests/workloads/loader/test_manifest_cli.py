@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,16 @@ def test_parse_size() -> None:
         ),
         (["manifest", "NOPE"], 2, "DIR: "),
         (["pull"], 2, "required"),
+        # urlsplit's ValueError (unclosed IPv6 bracket, port past 65535) is a usage error, not a traceback
+        (["pull", "http://[::1/model", "DEST"], 2, "SOURCE: 'http://[::1/model' is not a valid URL"),
+        (["pull", "http://origin:99999/model", "DEST"], 2, "SOURCE: 'http://origin:99999/model' is not a valid"),
+        (["pull", "http:///model", "DEST"], 2, "SOURCE: 'http:///model' has no host:port"),
+        (["pull", "SRC", "DEST", "--manifest", "https://[fe80::1/m.json"], 2, "--manifest: 'https://[fe80::1/m"),
+        (["pull", "SRC", "DEST", "--peers", "http://node-a:8470,http://node-b:abc"], 2, "--peers: 'http://node-b:abc'"),
+        (["pull", "SRC", "DEST", "--peers", "http://:8470"], 2, "--peers: 'http://:8470' has no host:port"),
+        # an absolute watermark of 0 bytes would evict every model the moment it lands
+        (["pull", "SRC", "DEST", "--cache", "C", "--cache-high", "0", "--cache-low", "0"], 2, "--cache-high: '0'"),
+        (["pull", "SRC", "DEST", "--termination-log", "NOPE/log"], 2, "--termination-log: "),
     ],
 )
 def test_bad_input_names_the_argument(
@@ -115,3 +126,41 @@ def test_pull_writes_the_summary_to_the_termination_log(tmp_path: Path, helpers:
     summary = json.loads(log.read_text())
     assert summary["bytes"] == 200_000 and summary["seconds"] >= 0
     assert summary["manifestDigest"] == Manifest.from_json((src / "manifest.json").read_text()).digest
+
+
+def test_termination_log_that_cannot_be_written_warns_and_keeps_the_pull(
+    tmp_path: Path, helpers: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model is in DEST and verified when the summary is written: a status message that
+    cannot be written (here a directory in its place) is a warning, not a failed pull."""
+    src = helpers.make_model(tmp_path / "m", {"a.bin": 100_000})
+    log = tmp_path / "log-is-a-directory"
+    log.mkdir()
+    args = ["pull", str(src), str(tmp_path / "dest"), "--progress", "none", "--termination-log", str(log)]
+    assert main(args) == 0
+    assert "warning: --termination-log: cannot write" in capsys.readouterr().err
+    assert (tmp_path / "dest" / ".gem-load-complete").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["serve", "FILE", "--port", "PORT"], "CACHE_DIR: cannot use"),
+        (["serve", "C", "--host", "no-such-host.invalid", "--port", "PORT"], "--host: cannot resolve"),
+        (["serve", "C", "--port", "BUSY"], "--host/--port: cannot listen on"),
+    ],
+)
+def test_serve_that_cannot_start_names_the_argument(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    (tmp_path / "FILE").write_text("not a directory")
+    with socket.socket() as busy, socket.socket() as free:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        free.bind(("127.0.0.1", 0))
+        spare = free.getsockname()[1]
+        subs = {"FILE": str(tmp_path / "FILE"), "C": str(tmp_path / "C"), "PORT": str(spare)}
+        subs["BUSY"] = str(busy.getsockname()[1])
+        free.close()
+        assert main([subs.get(a, a) for a in args]) == 1
+    assert needle in capsys.readouterr().err

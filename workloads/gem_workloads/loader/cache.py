@@ -124,7 +124,10 @@ def parse_watermark(text: str, argument: str, fs_bytes: int) -> int:
         if not 0 < pct <= 100:
             raise UsageError(f"{argument}: {text!r} must be in (0%, 100%]")
         return int(fs_bytes * pct / 100)
-    return parse_size(text, argument)
+    size = parse_size(text, argument)
+    if size <= 0:
+        raise UsageError(f"{argument}: {text!r} must be above 0 bytes (a size such as 500GiB, or a percentage)")
+    return size
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,12 @@ def _pull(args: argparse.Namespace) -> int:
     )
     if args.part_size is not None:
         cfg.request_size = check_part_size(parse_size(args.part_size, "--part-size"))
+    if args.termination_log and not Path(args.termination_log).parent.is_dir():
+        # Found before the download, not after it: a typo here is a pod spec to fix.
+        raise UsageError(
+            f"--termination-log: {Path(args.termination_log).parent} is not a directory "
+            "(in a pod, /dev/termination-log; or leave the flag out)"
+        )
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     cache = None
     fallback: str | None = None
@@ -161,7 +167,10 @@ def _pull(args: argparse.Namespace) -> int:
     if summary.get("cacheFallback"):
         print(f"gem-load: warning: {summary['cacheFallback']}", file=sys.stderr)
     if args.termination_log:
-        write_termination_log(Path(args.termination_log), summary)
+        try:
+            write_termination_log(Path(args.termination_log), summary)
+        except OSError as e:  # the model is in DEST and verified: a status message does not fail the pull
+            print(f"gem-load: warning: --termination-log: cannot write {args.termination_log}: {e}", file=sys.stderr)
     return 0
 
 

@@ -10,11 +10,13 @@ ETag and sendfile work.
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 from aiohttp import web
 
 from gem_workloads.loader.cache import VERIFIED_NAME
+from gem_workloads.loader.errors import LoaderError
 from gem_workloads.loader.manifest import RESERVED_PREFIX
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
@@ -52,5 +54,15 @@ def make_app(cache_root: Path) -> web.Application:
 
 
 def serve(cache_root: Path, host: str, port: int) -> None:
-    (cache_root / "models").mkdir(parents=True, exist_ok=True)
-    web.run_app(make_app(cache_root), host=host, port=port, print=None, access_log=None)
+    """Serve until stopped; a cache directory it cannot make, a port in use or a host that does
+    not resolve is a :class:`LoaderError` naming the argument (exit 1), not a traceback."""
+    try:
+        (cache_root / "models").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LoaderError(f"CACHE_DIR: cannot use {cache_root}: {e.strerror or e}") from None
+    try:
+        web.run_app(make_app(cache_root), host=host, port=port, print=None, access_log=None)
+    except socket.gaierror as e:
+        raise LoaderError(f"--host: cannot resolve {host!r}: {e.strerror or e}") from None
+    except OSError as e:  # bind: address in use, or not an address of this machine
+        raise LoaderError(f"--host/--port: cannot listen on {host}:{port}: {e.strerror or e}") from None

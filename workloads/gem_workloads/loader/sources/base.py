@@ -60,14 +60,22 @@ class Source(Protocol):
 
 
 def check_uri(uri: str, argument: str) -> str:
-    """Reject unknown schemes early with a message that names the argument."""
-    scheme = urlsplit(uri).scheme.lower()
+    """Reject unknown schemes, a missing bucket or host and an unparsable URL (an unclosed IPv6
+    bracket, a port past 65535) early, with a message that names the argument."""
+    try:
+        parts = urlsplit(uri)
+        port = parts.port if parts.scheme.lower() in ("http", "https") else None
+    except ValueError as exc:  # urlsplit's own words: "Invalid IPv6 URL", "Port out of range 0-65535"
+        raise UsageError(f"{argument}: {uri!r} is not a valid URL ({exc})") from None
+    scheme = parts.scheme.lower()
     if scheme and len(scheme) > 1 and scheme not in SCHEMES:
         raise UsageError(
             f"{argument}: unsupported scheme {scheme + '://'!r} in {uri!r} (use s3://, gs://, http(s)://, or a path)"
         )
-    if scheme in ("s3", "gs") and not urlsplit(uri).netloc:
+    if scheme in ("s3", "gs") and not parts.netloc:
         raise UsageError(f"{argument}: {uri!r} has no bucket")
+    if scheme in ("http", "https") and (not parts.hostname or port == 0):
+        raise UsageError(f"{argument}: {uri!r} has no host:port to connect to")
     return uri
 
 
