@@ -676,6 +676,28 @@ def test_state_with_queue_round_trips() -> None:
     assert ScalerState.from_dict({"queue": ["x", 1]}) == ScalerState()
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"recommendations": [[9990, Infinity]]}',  # int(inf): OverflowError
+        '{"sloCutReplicas": Infinity}',
+        '{"scaleUpPending": [9990, -Infinity]}',
+        '{"events": [[Infinity, 1]]}',  # kept, it made every later status patch unwritable
+        '{"recommendations": [[NaN, 3]]}',
+        '{"queue": [NaN, 2]}',
+        '{"backlog": {"depth": 1}}',  # KeyError
+        "[[9990, 3]]",  # not an object at all
+    ],
+)
+def test_state_that_is_not_finite_or_not_an_object_is_forgotten(raw: str) -> None:
+    """The older JSON-string form of status.scalerState is parsed by Python, which accepts
+    NaN and Infinity: such a state reads as a fresh one and the next decision is JSON again."""
+    state = ScalerState.from_dict(json.loads(raw))
+    assert state == ScalerState()
+    d = desired_replicas(spec(), state, obs([0.5] * 4), NOW)
+    json.dumps(d.state.to_dict(), allow_nan=False)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     s=specs,

@@ -118,15 +118,19 @@ class ScalerState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> ScalerState:
-        """Parse `to_dict` output; anything malformed yields a fresh state (safe: it only forgets)."""
-        if not data:
+        """Parse `to_dict` output; anything malformed yields a fresh state (safe: it only forgets).
+
+        Malformed includes a NaN or an infinity (the older JSON-string form can hold ``Infinity``,
+        which Python's parser accepts): kept, it would make every later status patch unwritable.
+        """
+        if not data or not isinstance(data, Mapping):
             return cls()
         try:
-            recs = tuple((float(t), int(n)) for t, n in data.get("recommendations", []))
-            events = tuple((float(t), int(d)) for t, d in data.get("events", []))
+            recs = tuple((_finite(t), int(n)) for t, n in data.get("recommendations", []))
+            events = tuple((_finite(t), int(d)) for t, d in data.get("events", []))
             since = data.get("backlogEmptySince")
             q = data.get("queue")
-            queue = None if q is None else (float(q[0]), float(q[1]))
+            queue = None if q is None else (_finite(q[0]), _finite(q[1]))
             return cls(
                 recs,
                 events,
@@ -136,7 +140,7 @@ class ScalerState:
                 slo_good_since=_opt(data.get("sloGoodSince")),
                 slo_last_decrease=_opt(data.get("sloLastDecrease")),
                 panic_until=_opt(data.get("panicUntil")),
-                backlog=None if data.get("backlog") is None else (float(data["backlog"][0]), float(data["backlog"][1])),
+                backlog=None if (b := data.get("backlog")) is None else (_finite(b[0]), _finite(b[1])),
                 slo_last_over=_opt(data.get("sloLastOver")),
                 slo_cut_replicas=None if data.get("sloCutReplicas") is None else int(data["sloCutReplicas"]),
                 slo_last_overloaded=_opt(data.get("sloLastOverloaded")),
@@ -154,7 +158,7 @@ class ScalerState:
                 ramp_skill=_opt(data.get("rampSkill")),
                 demand_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("demandPeaks", [])),
             )
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: int(inf)
             return cls()
 
 

@@ -136,7 +136,7 @@ async def autoscale(
     try:
         # An object since v0.x; a JSON string as older operators wrote it is still read.
         state = ScalerState.from_dict(json.loads(raw) if isinstance(raw, str) else raw)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         state = ScalerState()  # forgetting history is safe: windows restart empty
     states = pod_states(pods)
     serving = [s.name for s in states if s.serving]
