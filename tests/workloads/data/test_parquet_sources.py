@@ -124,6 +124,40 @@ def test_malformed_rows_are_counted_skipped_and_sampled(tmp_path: Path, caplog: 
     )
 
 
+def test_a_dense_value_past_float32_is_malformed_as_an_infinity_is(tmp_path: Path) -> None:
+    """The model reads float32: 1e300 is finite in the file but an infinity in the batch."""
+    n = 100
+    bid = np.where(np.arange(n) % 10 == 0, 1e300, 0.5)
+    write(tmp_path / "feed", n, bid=bid)
+    loader = StreamLoader(parse_data_spec({"sources": [source(tmp_path / "feed")]}), 30, 8, 1000)
+    batch = loader.batch(1)
+    loader.close()
+    assert np.isfinite(batch.user.dense.numpy()).all()
+    assert loader.malformed()["feed"] == 10
+
+
+def test_column_types_pyarrow_reads_awkwardly_still_stream(tmp_path: Path) -> None:
+    """A float16 column (pyarrow cannot turn its statistics into scalars) and int64 times past
+    2**53 (no exact float64) are data like any other, not an ArrowInvalid out of the trainer."""
+    n = 100
+    write(tmp_path / "half", n, bid=np.linspace(0, 1, n).astype(np.float16))
+    write(tmp_path / "ns", n, ts=np.arange(n, dtype=np.int64) * 1_000_003 + 2**60)
+    for name in ("half", "ns"):
+        loader = StreamLoader(parse_data_spec({"sources": [source(tmp_path / name)]}), 25, 8, 1000)
+        assert len(loader.batch(1).extras["example_id"]) == 25
+        assert loader.malformed()["feed"] == 0
+        loader.close()
+
+
+def test_a_source_without_a_usable_row_says_what_was_wrong(tmp_path: Path) -> None:
+    """Every row malformed: the error carries a sample of why, not only 'no usable rows'."""
+    write(tmp_path / "feed", 60, user_id=pa.array([None] * 60, pa.int64()))
+    loader = StreamLoader(parse_data_spec({"sources": [source(tmp_path / "feed")]}), 16, 8, 1000)
+    with pytest.raises(InvalidData, match=r"has no usable rows \(\d+ malformed, e\.g\. .*'user_id': None"):
+        loader.batch(1)
+    loader.close()
+
+
 def test_unreachable_store_is_retried_then_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[float] = []
 

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 from .stores import Location, http_listing, with_retries
 
@@ -33,6 +34,7 @@ log = logging.getLogger("gem_workloads.data")
 
 KINDS = ("time", "int", "ids", "number", "label", "domain")
 MALFORMED_SAMPLES = 5
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class InvalidData(ValueError):
@@ -143,7 +145,8 @@ def time_seconds(arr: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.float64]:
     if pa.types.is_date(t):
         arr = arr.cast(pa.date32()).cast(pa.int32())
         return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64) * 86400.0
-    return np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    # Unsafe: an integer past 2**53 is still a time (a ns count, or a wrong one the bounds catch), not an error.
+    return np.asarray(arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 class ParquetStream:
@@ -182,9 +185,7 @@ class ParquetStream:
                 raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({exc})") from exc
             check_schema(source, frag.physical_schema, columns, frag.path)
             for rg in frag.row_groups:
-                stats = (rg.statistics or {}).get(time_column) or {}
-                first = stats.get("min")
-                units.append(Unit(frag.path, rg.id, rg.num_rows, _as_seconds(first)))
+                units.append(Unit(frag.path, rg.id, rg.num_rows, _as_seconds(_column_min(rg.metadata, time_column))))
         units.sort(key=lambda u: (u.first_time, u.path, u.row_group))
         self.total_rows = sum(u.rows for u in units)
         self.units, self.row_stride = units, (shard, shards)
@@ -215,8 +216,12 @@ class ParquetStream:
             col = table.column(column).combine_chunks()
             if kind in ("time", "int", "domain", "ids") and col.null_count:
                 bad |= np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+            if kind == "number" and pa.types.is_dictionary(col.type):
+                col = col.dictionary_decode()
             if kind == "number" and pa.types.is_floating(col.type):
-                bad |= ~np.isfinite(np.asarray(col.fill_null(0.0).to_numpy(zero_copy_only=False), dtype=np.float64))
+                numbers = np.asarray(col.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False))
+                # The model reads float32: a finite float64 past its range would reach it as an infinity.
+                bad |= ~(np.abs(numbers) <= FLOAT32_MAX)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             values = {c: table.column(c)[row].as_py() for c in self.columns}
@@ -249,6 +254,23 @@ class ParquetStream:
                     row = 0
                 yield epoch, chunk
             epoch, unit = epoch + 1, 0
+
+
+def _column_min(row_group: pq.RowGroupMetaData, column: str) -> object:
+    """The row group's minimum of ``column`` from its statistics (None: none recorded).
+
+    Read for that column only: pyarrow's all-column ``RowGroupInfo.statistics`` raises on a float16
+    column anywhere in the file, which would make an unused column stop the whole source.
+    """
+    for i in range(row_group.num_columns):
+        meta = row_group.column(i)
+        if meta.path_in_schema == column:
+            stats = meta.statistics
+            try:
+                return stats.min if stats is not None and stats.has_min_max else None
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+                return None
+    return None
 
 
 def _as_seconds(value: object) -> float:

@@ -177,8 +177,10 @@ class SourceReader:
             if rows is None:
                 empty_units += 1
                 if empty_units > 2 * len(self.stream.units) + 2:
+                    seen = self.stream.counters
+                    why = f"{seen.malformed} malformed, e.g. {seen.samples[-1]}" if seen.samples else "none malformed"
                     raise InvalidData(
-                        self.spec.name, self.spec.timestamp, "has no usable rows (all malformed or sampled out)"
+                        self.spec.name, None, f"has no usable rows ({why}; or none left after sampling by weight)"
                     )
                 continue
             empty_units = 0
