@@ -19,13 +19,16 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import ValidationError
 
 from gem_operator.api.serving import RankingServiceSpec
+
+if TYPE_CHECKING:
+    from _csv import Reader
 
 
 class TraceError(ValueError):
@@ -61,9 +64,13 @@ class Arrivals:
 def _parse_time(text: str) -> float:
     text = text.strip()
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         pass
+    else:
+        if math.isfinite(value):
+            return value
+        raise ValueError(f"not a finite time: {text!r}")
     # datetime.fromisoformat takes at most 6 fractional digits on older Pythons.
     if "." in text:
         head, frac = text.rsplit(".", 1)
@@ -77,54 +84,62 @@ def _parse_time(text: str) -> float:
 
 
 def _load_csv(path: Path, cost_column: str | None) -> Arrivals:
+    try:
+        fh = path.open(newline="", encoding="utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not a column name
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
+    reader = csv.reader(fh)
+    try:
+        with fh:
+            return _read_csv(path, reader, cost_column)
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
+    except csv.Error as exc:  # e.g. a field past the csv module's size limit
+        raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
+
+
+def _read_csv(path: Path, reader: Reader, cost_column: str | None) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     try:
-        fh = path.open(newline="")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
-    with fh:
-        reader = csv.reader(fh)
+        header = next(reader)
+    except StopIteration:
+        raise TraceError(f"{path}: empty file; expected a header line with a TIMESTAMP column") from None
+    names = [h.strip() for h in header]
+    upper = [n.upper() for n in names]
+    if "TIMESTAMP" not in names and upper.count("TIMESTAMP") != 1:
+        raise TraceError(f"{path}: line 1: no TIMESTAMP column (columns: {', '.join(names)})")
+    t_idx = names.index("TIMESTAMP") if "TIMESTAMP" in names else upper.index("TIMESTAMP")
+    c_idx: int | None = None
+    if cost_column is not None:
+        if cost_column not in names:
+            raise TraceError(f"{path}: line 1: no column {cost_column!r} for --cost-column (columns: {names})")
+        c_idx = names.index(cost_column)
+    for row in reader:
+        line = reader.line_num
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != len(names):
+            raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(names)}")
         try:
-            header = next(reader)
-        except StopIteration:
-            raise TraceError(f"{path}: empty file; expected a header line with a TIMESTAMP column") from None
-        names = [h.strip() for h in header]
-        if "TIMESTAMP" not in names:
-            raise TraceError(f"{path}: line 1: no TIMESTAMP column (columns: {', '.join(names)})")
-        t_idx = names.index("TIMESTAMP")
-        c_idx: int | None = None
-        if cost_column is not None:
-            if cost_column not in names:
-                raise TraceError(f"{path}: line 1: no column {cost_column!r} for --cost-column (columns: {names})")
-            c_idx = names.index(cost_column)
-        for row in reader:
-            line = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != len(names):
-                raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(names)}")
+            times.append(_parse_time(row[t_idx]))
+        except ValueError:
+            raise TraceError(
+                f"{path}: line {line}, column TIMESTAMP: cannot parse {row[t_idx]!r} as a time "
+                "(expected e.g. 2023-11-16 18:17:03.97 or seconds)"
+            ) from None
+        if c_idx is not None:
             try:
-                times.append(_parse_time(row[t_idx]))
+                value = float(row[c_idx])
             except ValueError:
-                raise TraceError(
-                    f"{path}: line {line}, column TIMESTAMP: cannot parse {row[t_idx]!r} as a time "
-                    "(expected e.g. 2023-11-16 18:17:03.97 or seconds)"
-                ) from None
-            if c_idx is not None:
-                try:
-                    value = float(row[c_idx])
-                except ValueError:
-                    raise TraceError(
-                        f"{path}: line {line}, column {cost_column}: {row[c_idx]!r} is not a number"
-                    ) from None
-                if not math.isfinite(value) or value < 0:
-                    raise TraceError(f"{path}: line {line}, column {cost_column}: cost must be >= 0, got {value}")
-                costs.append(value)
+                raise TraceError(f"{path}: line {line}, column {cost_column}: {row[c_idx]!r} is not a number") from None
+            if not math.isfinite(value) or value < 0:
+                raise TraceError(f"{path}: line {line}, column {cost_column}: cost must be >= 0, got {value}")
+            costs.append(value)
     if not times:
         raise TraceError(f"{path}: no requests after the header")
     if c_idx is not None:
-        mean = sum(costs) / len(costs)
+        mean = sum(c / len(costs) for c in costs)  # divided first: a sum of huge costs would overflow
         if mean <= 0:
             raise TraceError(f"{path}: column {cost_column} sums to zero; cannot weight requests by it")
         costs = [c / mean for c in costs]
@@ -189,6 +204,8 @@ def load_trace(path: str | Path, cost_column: str | None = None) -> Arrivals:
                 head = fh.read(64).lstrip()
         except OSError as exc:
             raise TraceError(f"{p}: cannot read trace: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError:
+            head = ""  # not text: the CSV reader says so
         jsonl = head.startswith("{")
     if jsonl:
         if cost_column is not None:
@@ -276,6 +293,11 @@ def to_series(
     idx = np.minimum(rel.astype(int), n - 1)
     cost = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.costs, dtype=float), minlength=n), dtype=np.float64)
     reqs = np.asarray(np.bincount(idx, weights=np.asarray(arrivals.counts, dtype=float), minlength=n), dtype=np.float64)
+    if not (np.isfinite(cost).all() and np.isfinite(reqs).all()):
+        raise TraceError(
+            f"{arrivals.path}: the counts or costs of one second add up past a float's range; "
+            "write them in smaller units"
+        )
     name = Path(arrivals.path).name
     if mode == "duplicate":
         width = max(1, round(smooth_seconds))

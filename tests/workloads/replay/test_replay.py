@@ -57,13 +57,33 @@ def test_jsonl_trace_with_counts(tmp_path: Path) -> None:
         ("a.csv", "", "empty file"),
         ("a.jsonl", '{"t": 1}\n{"t": "x"}\n', "line 2, field t"),
         ("a.jsonl", '{"t": 1}\n{oops\n', "line 2: not JSON"),
+        # each of these was a traceback, or (count) a loop filling memory
+        ("a.csv", "TIMESTAMP\n1\nnan\n", "line 3, column TIMESTAMP: cannot parse 'nan'"),
+        ("a.csv", "TIMESTAMP\n1\n" + "9" * 200_000 + "\n", r"line 3: not a CSV row \(field larger"),
+        ("a.csv", "TIMESTAMP\n1\n\udc80\n", "not UTF-8 text"),
+        ("a.jsonl", '{"t": 1}\n{"t": 2, "count": 1e12}\n', "line 2: the counts add up to more than 20,000,000"),
+        ("a.jsonl", '{"t": 1}\n\udcff\n', "not UTF-8 text"),
     ],
 )
 def test_bad_traces_name_the_line(tmp_path: Path, name: str, text: str, message: str) -> None:
     p = tmp_path / name
-    p.write_text(text)
+    p.write_bytes(text.encode("utf-8", "surrogateescape"))  # lone surrogates: bytes that are not UTF-8
     with pytest.raises(TraceError, match=message):
         load_trace(p)
+
+
+def test_a_csv_trace_from_a_spreadsheet_reads_as_written(tmp_path: Path) -> None:
+    """A byte-order mark before the header, a lower-case column name and huge costs (weights,
+    normalised to mean 1) read as the plain trace does."""
+    plain = tmp_path / "plain.csv"
+    plain.write_text("TIMESTAMP,c\n1,1\n2.5,1\n")
+    for name, text in (
+        ("bom.csv", "\ufeffTIMESTAMP,c\n1,1e308\n2.5,1e308\n"),
+        ("lower.csv", "timestamp,c\n1,2\n2.5,2\n"),
+    ):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        read, want = load_trace(tmp_path / name, "c"), load_trace(plain, "c")
+        assert (read.times, read.costs) == (want.times, want.costs) == ([0.0, 1.5], [1.0, 1.0])
 
 
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
