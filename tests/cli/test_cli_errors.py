@@ -90,6 +90,41 @@ def test_plan_says_which_nodes_and_warns_without_topology_labels(
     assert "warning: none of the 4 nodes carries a topology label (nvidia.com/gpu.clique" in err
 
 
+def _node(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("broken", "needle"),
+    [
+        ({"metadata": {"name": "gpu-1", "labels": ["rack-a"]}}, "--nodes: Node 'gpu-1' is not shaped as a Node"),
+        ({"status": "Ready"}, "--nodes: Node 'gpu-1' is not shaped as a Node"),
+        ({"metadata": {"labels": {}}}, "--nodes: Node #2 in the file is not shaped as a Node"),
+        (
+            {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": "gpu-0", "containers": 5}},
+            "--nodes/--pods: Pod 'p' is not shaped as a Pod",
+        ),
+    ],
+)
+def test_plan_names_an_object_the_cluster_view_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broken: dict[str, object], needle: str
+) -> None:
+    """A hand-edited export (a label map written as a list) was a traceback; now exit 2 naming the object."""
+    items = [_node("gpu-0"), {**_node("gpu-1"), **broken}]
+    if broken.get("kind") == "Pod":
+        items[1] = broken
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert main(["plan", str(SAMPLES / "gemtraining.yaml"), "--nodes", str(nodes)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and needle in err and "kubectl get nodes,pods -A -o json" in err, err
+
+
 def test_sim_up_fleet_error_from_a_subprocess_is_one_line() -> None:
     """As a person runs it: exit 2 and one line on stderr."""
     done = subprocess.run(

@@ -127,6 +127,31 @@ def topology_warning(nodes: list[dict[str, Any]], labels: list[str]) -> str | No
     )
 
 
+_EXPORT_HINT = "export Nodes and Pods as the API server writes them (`kubectl get nodes,pods -A -o json`)"
+
+
+def misshapen_object(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
+    """Which object the cluster view cannot read: each Node alone, then each Pod beside the Nodes."""
+    from gem_operator.topology import cluster_view_from_objects
+
+    def name(obj: dict[str, Any], kind: str, index: int) -> str:
+        meta = obj.get("metadata")
+        named = meta.get("name") if isinstance(meta, dict) else None
+        return f"{kind} {named!r}" if isinstance(named, str) and named else f"{kind} #{index + 1} in the file"
+
+    for i, node in enumerate(nodes):
+        try:
+            cluster_view_from_objects([node], [])
+        except (AttributeError, TypeError, ValueError):
+            return f"--nodes: {name(node, 'Node', i)} is not shaped as a Node"
+    for i, pod in enumerate(pods):
+        try:
+            cluster_view_from_objects(nodes, [pod])
+        except (AttributeError, TypeError, ValueError):
+            return f"--nodes/--pods: {name(pod, 'Pod', i)} is not shaped as a Pod"
+    return "--nodes/--pods: the Nodes and Pods together cannot be read"
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from gem_operator.api.kinds import GEM_TRAINING
     from gem_operator.api.training import GEMTrainingSpec
@@ -168,11 +193,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:  # discovery: any known convention counts; NVLink first, the tier the default rules lean on
         by_role = sorted(CONVENTIONS, key=lambda convention: convention[0] != "nvlink")
         tier_labels = [label for _, labels in by_role for label in labels]
+    try:
+        view = cluster_view_from_objects(nodes, pods)
+    except (AttributeError, TypeError, ValueError) as exc:  # a hand-edited export: a label map that is a list
+        print(f"gemop plan: {misshapen_object(nodes, pods)}: {exc}; {_EXPORT_HINT}", file=sys.stderr)
+        return 2
     warning = topology_warning(nodes, tier_labels)
     if warning:
         print(f"gemop plan: {warning}", file=sys.stderr)
     exclude = {n for n in (args.exclude or "").split(",") if n}
-    result = plan_gang(spec, cluster_view_from_objects(nodes, pods), exclude_nodes=exclude)
+    result = plan_gang(spec, view, exclude_nodes=exclude)
     if args.output == "json":
         print(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:
