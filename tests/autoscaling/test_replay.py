@@ -353,6 +353,18 @@ def test_main_reports_bad_input(tmp_path: Path, service: Path, capsys: pytest.Ca
     assert main(["--trace", str(step_trace(tmp_path)), "--service", str(service), "--profile", str(prof)]) == 0
 
 
+@pytest.mark.parametrize(("target", "level"), [(1e-6, 300.0), (0.6, 5e9)])
+def test_a_static_pool_too_large_to_simulate_is_an_error_not_a_memory_error(target: float, level: float) -> None:
+    """A tiny targetSmActive (valid: > 0) or a huge --scale sized the static peak pool, which maxReplicas
+    does not cap, at billions of replicas: a MemoryError. Now an error that says which knob to turn."""
+    spec = RankingServiceSpec.model_validate(
+        {"model": {"uri": "s3://m/r"}, "autoscaling": {"maxReplicas": 4, "targetSmActive": target}}
+    )
+    load = np.full(120, level)
+    with pytest.raises(TraceError, match=r"would need [\d,]+ replicas .* takes at most 1,000,000: lower --scale"):
+        simulate(LoadSeries(cost=load, requests=load), spec, ServiceModel())
+
+
 def test_plot_from_simulate(tmp_path: Path) -> None:
     spec = RankingServiceSpec.model_validate(
         {"model": {"uri": "s3://m/r"}, "autoscaling": {"minReplicas": 1, "maxReplicas": 10}}

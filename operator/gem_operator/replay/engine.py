@@ -201,6 +201,11 @@ def warmup_minutes(model: ServiceModel, sync_seconds: float, minutes: int) -> in
     return min(minutes, math.ceil((max(1, round(sync_seconds)) + model.startup_seconds) / 60 - 1e-9))
 
 
+# Every replica of a pool is simulated (its start time, its share of the load): past this the
+# static pool alone (sized for the peak, not capped by maxReplicas) would fill memory.
+MAX_SIMULATED_REPLICAS = 1_000_000
+
+
 def simulate(
     load: LoadSeries,
     spec: RankingServiceSpec,
@@ -243,6 +248,13 @@ def simulate(
     static_n = max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9))
     if static_replicas is not None:
         static_n = max(1, static_replicas)
+    if static_n > MAX_SIMULATED_REPLICAS:
+        raise TraceError(
+            f"{trace}: the static pool for the peak second would need {static_n:,} replicas (peak load "
+            f"{max(cost):,.4g} at {per_replica_at_target:.4g} per replica at targetSmActive {a.target_sm_active}); "
+            f"the replay simulates every replica and takes at most {MAX_SIMULATED_REPLICAS:,}: lower --scale, "
+            "or check spec.autoscaling.targetSmActive"
+        )
     start_n = min(a.max_replicas, max(a.min_replicas, math.ceil(minute_load[0] / per_replica_at_target - 1e-9)))
     sync_every = max(1, round(sync_seconds))
     gpus = spec.gpus_per_replica
