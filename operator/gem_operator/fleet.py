@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from gem_operator.yamldocs import load_documents
+
 GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
 CLIQUE = "nvidia.com/gpu.clique"
@@ -137,7 +139,7 @@ def validate_node(node: Any, source: str = "fleet", position: int = 0) -> Node:
 def parse_fleet(text: str, source: str = "fleet") -> list[Node]:
     """Accept a YAML list of Nodes, a `kind: List`/`NodeList`, or multiple documents."""
     try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        docs = [doc for doc in load_documents(text) if doc is not None]
     except yaml.YAMLError as exc:
         raise FleetError(f"{source}: not valid YAML: {exc}") from exc
     items: list[Any] = []

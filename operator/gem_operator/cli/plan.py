@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from gem_operator.yamldocs import FAST_LOADER, load_documents
+
 GEM_API = "gem.dev/v1alpha1"
 
 
@@ -23,7 +25,6 @@ class PlanInputError(ValueError):
 
 
 # libyaml's parser when PyYAML was built with it: the pure-Python one takes seconds on a large export.
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _parse_documents(text: str, path: Path, what: str) -> list[Any]:
@@ -41,7 +42,7 @@ def _parse_documents(text: str, path: Path, what: str) -> list[Any]:
         except RecursionError:  # both parsers recurse per level: no manifest nests like this
             raise PlanInputError(f"{what} {path}: nested too deeply to be a Kubernetes object") from None
     try:
-        return [d for d in yaml.load_all(text, Loader=_YAML_LOADER) if d is not None]
+        return [d for d in load_documents(text, FAST_LOADER) if d is not None]
     except RecursionError:
         raise PlanInputError(f"{what} {path}: nested too deeply to be a Kubernetes object") from None
     except yaml.YAMLError as exc:

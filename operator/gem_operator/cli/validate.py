@@ -19,6 +19,7 @@ import yaml
 from gem_operator.api.common import GROUP
 from gem_operator.api.kinds import KINDS, KindInfo
 from gem_operator.api.validation import MAX_DEPTH, too_deep
+from gem_operator.yamldocs import load_documents
 
 SUFFIXES = (".yaml", ".yml", ".json")
 # A YAML text nested this deep cannot be a manifest of ours, and PyYAML's composer would recurse.
@@ -112,7 +113,7 @@ def validate_text(label: str, text: str, report: Report) -> None:
         report.errors.append(f"{label}: nested more than {MAX_TEXT_DEPTH} levels deep; not a manifest")
         return
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = load_documents(text)
     except (yaml.YAMLError, RecursionError) as exc:
         report.errors.append(f"{label}: cannot parse: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         return

@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.yamldocs import load_documents
 
 if TYPE_CHECKING:
     from _csv import Reader
@@ -324,7 +325,7 @@ def load_service(path: str | Path) -> tuple[str, RankingServiceSpec]:
     """A RankingService manifest (YAML) -> (name, validated spec)."""
     p = Path(path)
     try:
-        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
+        docs = [d for d in load_documents(p.read_text()) if d is not None]
     except OSError as exc:
         raise TraceError(f"{p}: cannot read service: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:

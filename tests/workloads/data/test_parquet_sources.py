@@ -200,6 +200,18 @@ def test_a_data_spec_nested_too_deeply_is_a_data_spec_error(tmp_path: Path) -> N
         load_data_spec(deep)
 
 
+def test_a_data_spec_alias_bomb_or_several_documents_is_a_data_spec_error(tmp_path: Path) -> None:
+    """Nine anchors of nine aliases mean a billion values: refused before anything walks them."""
+    path = tmp_path / "data.yaml"
+    lines = ['l0: &l0 ["lol"]'] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
+    path.write_text("sources:\n" + "".join(f"  {line}\n" for line in lines))
+    with pytest.raises(DataSpecError, match="not YAML/JSON: its aliases expand to more than"):
+        load_data_spec(path)
+    path.write_text("sources: []\n---\nsources: []\n")
+    with pytest.raises(DataSpecError, match="2 YAML documents; a data spec is one"):
+        load_data_spec(path)
+
+
 def test_shards_are_disjoint_complete_and_deterministic(tmp_path: Path) -> None:
     write(tmp_path / "feed", 400, start=0, row_group=40)
     write(tmp_path / "feed", 300, start=400, row_group=40)

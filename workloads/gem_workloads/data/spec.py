@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from ..yamldocs import load_documents
+
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,40}[a-z0-9])?$")
 _URI = re.compile(r"^((s3|gs|https?|file)://.+|/.+)$")
 
@@ -186,11 +188,14 @@ def load_data_spec(path: str | Path) -> DataSpec:
     """Read a YAML or JSON file (JSON is YAML); a bare block or one under a top-level ``data`` key."""
     text = Path(path).read_text()
     try:
-        raw = yaml.safe_load(text)
+        docs = load_documents(text)
     except yaml.YAMLError as exc:
         raise DataSpecError(f"{path}: not YAML/JSON: {exc}") from exc
     except RecursionError:  # the YAML parser recurses per level
         raise DataSpecError(f"{path}: not YAML/JSON: nested too deeply to be a data spec") from None
+    if len(docs) > 1:
+        raise DataSpecError(f"{path}: {len(docs)} YAML documents; a data spec is one")
+    raw = docs[0] if docs else None
     if isinstance(raw, dict) and "data" in raw and "sources" not in raw:
         raw = raw["data"]
     return parse_data_spec(raw)
