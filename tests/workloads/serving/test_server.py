@@ -157,6 +157,10 @@ async def test_field_level_errors_and_server_keeps_serving(make_client: Any, loa
         (lambda b: b["user"]["sequence"]["seq_action"].append(1), "user.sequence.seq_action"),
         (lambda b: b["user"].update(dense=[1.0]), "user.dense"),
         (lambda b: b["user"].update(dense="x"), "user.dense"),
+        # valid JSON past a float: numpy's OverflowError was a 500
+        (lambda b: b["user"].update(dense=[10**400] * len(b["user"]["dense"])), "user.dense: values must be finite"),
+        # finite in JSON, an infinity in float32
+        (lambda b: b["user"].update(dense=[-1e300] * len(b["user"]["dense"])), "within +-3.403e+38 (float32)"),
     ]
     for mutate, where in cases:
         body = _body(loaded, 4, seq=6)

@@ -17,6 +17,7 @@ Every violation raises :class:`RequestError` with an HTTP status and a message n
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ IntArray = npt.NDArray[np.int64]
 
 # Hard cap on events per request, whatever the model's seq_len (a body this size is a mistake).
 MAX_SEQUENCE_EVENTS = 65_536
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class RequestError(Exception):
@@ -76,6 +78,17 @@ def _ids(value: Any, feature: CategoricalFeature, where: str) -> list[int]:
         if v < 0:
             raise RequestError(422, f"{where}: ids must be >= 0, got {v}")
     return [v % feature.cardinality for v in items]
+
+
+def _fits_float32(x: float) -> bool:
+    """Finite and within float32's range, checked as a Python number: numpy raises OverflowError on
+    an integer past a float (``10**400`` is valid JSON), and a float past float32's range would reach
+    the model as an infinity."""
+    try:
+        value = float(x)
+    except OverflowError:
+        return False
+    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
@@ -124,9 +137,9 @@ def parse_request(raw: Any, schema: FeatureSchema, seq_len: int, max_candidates:
         or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in dense_raw)
     ):
         raise RequestError(422, f"user.dense: expected a list of {schema.num_user_dense} numbers")
+    if not all(_fits_float32(x) for x in dense_raw):
+        raise RequestError(422, f"user.dense: values must be finite numbers within +-{FLOAT32_MAX:.4g} (float32)")
     dense = np.asarray(dense_raw, dtype=np.float32)
-    if not np.all(np.isfinite(dense)):
-        raise RequestError(422, "user.dense: values must be finite")
 
     seq_raw = _object(user.get("sequence", {}), "user.sequence")
     sequence: dict[str, IntArray] = {}
