@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 
 class EnvSettingError(ValueError):
@@ -50,4 +51,38 @@ def env_number(
     return value
 
 
-__all__ = ["EnvSettingError", "env_number"]
+def env_switch(
+    name: str, default: bool, *, on: tuple[str, ...], off: tuple[str, ...], env: Mapping[str, str] | None = None
+) -> bool:
+    """`name` as on/off (unset or blank: `default`), matched without case; anything else is an error,
+    not a silent "on": a typo such as `disabled` would have mounted the hostPath it meant to keep out."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() in (v.lower() for v in on):
+        return True
+    if raw.lower() in (v.lower() for v in off):
+        return False
+    raise EnvSettingError(f"{name}={raw!r}: expected one of {', '.join(on + off)}")
+
+
+def env_urls(name: str, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Comma-separated http(s) URLs with a host (unset or blank: none).
+
+    Checked here because they reach every workload pod (the loader's `--peers`), where one bad
+    entry fails each pod's init container; the operator stopping at start names the variable once.
+    """
+    raw = (os.environ if env is None else env).get(name, "")
+    urls = tuple(u.strip() for u in raw.split(",") if u.strip())
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise EnvSettingError(f"{name}: {url!r} is not a valid URL ({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+            raise EnvSettingError(f"{name}: {url!r}: expected http(s)://host[:port], comma-separated")
+    return urls
+
+
+__all__ = ["EnvSettingError", "env_number", "env_switch", "env_urls"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from gem_operator.cli import build_parser
 from gem_operator.cli.logs import configure_logging
 from gem_operator.cli.operator import PRIORITY_MAX, OperatorOptions, default_priority
-from gem_operator.envvars import EnvSettingError, env_number
+from gem_operator.envvars import EnvSettingError, env_number, env_switch, env_urls
 
 
 def test_priorities_are_distinct_per_replica_and_stable_per_pod() -> None:
@@ -79,6 +80,42 @@ def test_env_number_bounds(env: dict[str, str], kwargs: dict[str, Any], value_or
         with pytest.raises(EnvSettingError) as info:
             env_number("X", 10.0, env=env, **kwargs)
         assert value_or_error in str(info.value)
+
+
+def test_env_switch_and_urls() -> None:
+    """GEM_NODE_CACHE=disabled used to mean "on" (anything but off/false/0/none), and GEM_MODEL_PEERS
+    reached every workload pod's loader unchecked, where a bad entry failed each init container."""
+    switch = {"on": ("hostPath", "on"), "off": ("off", "none")}
+    assert env_switch("X", True, env={}, **switch) is True
+    assert env_switch("X", True, env={"X": " OFF "}, **switch) is False
+    assert env_switch("X", False, env={"X": "hostpath"}, **switch) is True
+    with pytest.raises(EnvSettingError, match="X='disabled': expected one of hostPath, on, off, none"):
+        env_switch("X", True, env={"X": "disabled"}, **switch)
+    assert env_urls("X", env={}) == ()
+    assert env_urls("X", env={"X": " http://a:8470, https://b ,"}) == ("http://a:8470", "https://b")
+    for bad, needle in [
+        ("http://a:8470,cache:8470", "'cache:8470': expected http(s)://host[:port]"),
+        ("http://[::1", "'http://[::1' is not a valid URL (Invalid IPv6 URL)"),
+        ("http://a:99999", "not a valid URL (Port out of range"),
+        ("http://:8470", "expected http(s)://host[:port]"),
+    ]:
+        with pytest.raises(EnvSettingError, match=re.escape(needle)):
+            env_urls("X", env={"X": bad})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "line"),
+    [
+        ("GEM_NODE_CACHE", "disabled", "GEM_NODE_CACHE='disabled': expected one of hostPath, on, true, 1, off,"),
+        ("GEM_MODEL_PEERS", "cache:8470", "GEM_MODEL_PEERS: 'cache:8470': expected http(s)://host[:port]"),
+    ],
+)
+def test_gemop_run_names_a_bad_cache_setting(name: str, value: str, line: str) -> None:
+    env = {**os.environ, name: value, "KUBECONFIG": "/nonexistent"}
+    argv = [sys.executable, "-m", "gem_operator.cli", "run", "-A", "--metrics-port", "0"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"gemop run: {line}"), done.stderr
 
 
 @pytest.mark.parametrize(

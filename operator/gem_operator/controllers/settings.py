@@ -16,18 +16,18 @@ from typing import Any
 import kopf
 
 from gem_operator.controllers.reconcile import PassesInFlight
-from gem_operator.envvars import env_number
+from gem_operator.envvars import env_number, env_switch, env_urls
 from gem_operator.kube import KubeApi, auth
 
 RESYNC_SECONDS = env_number("GEM_RESYNC_SECONDS", 10.0, above=0, at_most=3600)
 METRICS_PORT = int(env_number("GEM_METRICS_PORT", 0, at_least=0, at_most=65535, whole=True))
 # Model-cache peers for the loader (the chart's cache Service when its DaemonSet is enabled).
-MODEL_PEERS: tuple[str, ...] = tuple(u for u in os.environ.get("GEM_MODEL_PEERS", "").split(",") if u)
+MODEL_PEERS: tuple[str, ...] = env_urls("GEM_MODEL_PEERS")
 # Whether workload pods may mount the node cache hostPath (`model.loader.nodeCache`): "hostPath"
 # (default: the embedded cluster, or a chart whose model-cache DaemonSet prepares the directory for
 # the workloads' uid) or "off" (the chart's default install: no hostPath, so the pods pass the
 # `baseline`/`restricted` Pod Security levels and never meet a root-owned cache directory).
-NODE_CACHE: bool = os.environ.get("GEM_NODE_CACHE", "hostPath").strip().lower() not in ("off", "false", "0", "none")
+NODE_CACHE = env_switch("GEM_NODE_CACHE", True, on=("hostPath", "on", "true", "1"), off=("off", "false", "0", "none"))
 # Seconds a replica's peering record stays valid. kopf re-touches it 5-10 s before it expires, so
 # a paused replica takes over from a `kill -9`ed leader within about this long. Shorter means a
 # faster takeover but a keep-alive PATCH every few seconds, and a leader that cannot reach the API
