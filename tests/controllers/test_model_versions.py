@@ -59,6 +59,23 @@ def test_pick_version_by_number_or_latest() -> None:
     assert pick_version([], "latest") is None
 
 
+@pytest.mark.parametrize("models", [7, True, 2.5, "v1", {"version": 1}])
+def test_a_models_field_that_is_not_a_list_is_skipped(models: object) -> None:
+    """A pod writes its termination message itself: `"models": 7` was a TypeError in every pass."""
+    pods = [_pod({"checkpoint": "step-000100", "models": models}), _pod({"models": [_v(2)]})]
+    assert [m["version"] for m in reported_models(pods)] == [2]
+
+
+def test_a_hand_edited_status_models_list_is_read_for_what_it_holds() -> None:
+    previous: list[Any] = [_v(1), "v2", None, 3, {"version": "three"}, {"version": True}]
+    merged = merge_models(previous, [_v(4)])
+    assert [m["version"] for m in merged] == [1, 4]
+    assert [m["version"] for m in new_versions(previous, merged)] == [4]
+    assert pick_version(previous, "latest") == _v(1) and pick_version(previous, "three") is None
+    assert merge_models("not a list", [_v(2)]) == [_v(2)]  # type: ignore[arg-type]
+    assert pick_version([None, "x"], "latest") is None  # type: ignore[list-item]
+
+
 class _Kube:
     def __init__(self, training: dict[str, Any] | None) -> None:
         self.training = training

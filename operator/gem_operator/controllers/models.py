@@ -37,7 +37,8 @@ def reported_models(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for pod in pods:
         for message in _messages(pod):
-            for entry in message.get("models") or []:
+            listed = message.get("models")
+            for entry in listed if isinstance(listed, list) else []:  # a pod writes what it likes here
                 try:
                     found.append(ExportedModel.model_validate(entry).to_wire())
                 except ValueError:
@@ -45,10 +46,20 @@ def reported_models(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+def _entries(models: Any) -> list[Mapping[str, Any]]:
+    """The objects of a status.models list; anything else there (a hand-edited status) is skipped."""
+    return [m for m in models if isinstance(m, Mapping)] if isinstance(models, list | tuple) else []
+
+
+def _version(entry: Mapping[str, Any]) -> int | None:
+    version = entry.get("version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
 def merge_models(previous: Sequence[Mapping[str, Any]] | None, reported: Sequence[Mapping[str, Any]]) -> list[Any]:
     """status.models: previous and reported versions by number (a report wins), oldest first, the newest kept."""
     by_version: dict[int, Mapping[str, Any]] = {}
-    for entry in [*(previous or []), *reported]:
+    for entry in [*_entries(previous), *reported]:
         version = entry.get("version")
         if isinstance(version, int) and not isinstance(version, bool):
             by_version[version] = entry
@@ -57,16 +68,17 @@ def merge_models(previous: Sequence[Mapping[str, Any]] | None, reported: Sequenc
 
 def pick_version(models: Sequence[Mapping[str, Any]], version: int | str) -> Mapping[str, Any] | None:
     """The entry of ``version`` (a number, or ``latest``: the highest) among a training's status.models."""
-    if not models:
+    numbered = [m for m in _entries(models) if _version(m) is not None]
+    if not numbered:
         return None
     if version == LATEST:
-        return max(models, key=lambda m: int(m.get("version") or 0))
-    return next((m for m in models if m.get("version") == version), None)
+        return max(numbered, key=lambda m: _version(m) or 0)
+    return next((m for m in numbered if m.get("version") == version), None)
 
 
 def new_versions(previous: Sequence[Mapping[str, Any]] | None, merged: Sequence[Mapping[str, Any]]) -> list[Any]:
     """Entries of ``merged`` whose version ``previous`` did not list."""
-    known = {m.get("version") for m in previous or []}
+    known = {m.get("version") for m in _entries(previous)}
     return [m for m in merged if m.get("version") not in known]
 
 
