@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -128,6 +129,38 @@ async def test_non_json_and_wrong_result_type_are_unavailable(
 
     assert "not JSON" in ((await _fails_with(fake_prom, not_json)).error or "")
     assert "matrix" in ((await _fails_with(fake_prom, matrix)).error or "")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "success", "data": {"resultType": "vector", "result": 5}},  # list(5): a TypeError
+        {"status": "success", "data": {"resultType": "vector", "result": {"pod": "p0"}}},
+        # a JSON integer past a float: float() raised OverflowError, which nothing caught
+        {
+            "status": "success",
+            "data": {"resultType": "vector", "result": [{"metric": {"pod": "p0"}, "value": [1, 10**400]}]},
+        },
+    ],
+)
+async def test_a_malformed_vector_is_unavailable_not_a_failed_pass(
+    fake_prom: Callable[[Handler], Awaitable[str]], body: dict[str, Any]
+) -> None:
+    """What a proxy or a mock in front of Prometheus may answer: an unavailable reading, never an exception."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps(body), content_type="application/json")
+
+    await _fails_with(fake_prom, handler)
+
+
+def test_precompute_scalars_that_are_not_samples_raise_prometheus_error() -> None:
+    from gem_operator.autoscaling.sources import PrometheusError, _scalar
+
+    for data in ([1, 2], {"result": 5}, {"result": [{"value": [1, 10**400]}]}):
+        with pytest.raises(PrometheusError):
+            _scalar({"status": "success", "data": data}, "q")
+    assert _scalar({"status": "success", "data": {"result": []}}, "q") is None
 
 
 async def test_empty_vector_and_nan_are_unavailable_not_zero(

@@ -180,7 +180,10 @@ def vector_result(body: Any, where: str = "prometheus") -> list[Any]:
     if not isinstance(data, Mapping) or data.get("resultType") != "vector":
         kind = data.get("resultType") if isinstance(data, Mapping) else None
         raise PrometheusError(f"{where}: expected an instant vector, got resultType {kind!r}")
-    return list(data.get("result") or [])
+    result = data.get("result") or []
+    if not isinstance(result, list):  # a proxy's or a mock's idea of a vector: unavailable, not a crash
+        raise PrometheusError(f"{where}: result is a {type(result).__name__}, not a list of samples")
+    return result
 
 
 def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float, float]]:
@@ -194,7 +197,7 @@ def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float,
             pod = item["metric"]["pod"]
             stamp, raw = item["value"]
             out[str(pod)] = (float(raw), float(stamp))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer past a float
             continue  # a series without a pod label, or a malformed sample: not usable per pod
     return out
 
@@ -349,12 +352,15 @@ def _scalar(body: Any, where: str) -> float | None:
     """The single value of an aggregated instant vector; None when empty or not finite."""
     if not isinstance(body, Mapping) or body.get("status") != "success":
         raise PrometheusError(f"{where}: status {body.get('status') if isinstance(body, Mapping) else body!r}")
-    result = (body.get("data") or {}).get("result") or []
+    data = body.get("data") or {}
+    result = data.get("result") or [] if isinstance(data, Mapping) else None
+    if not isinstance(result, list):
+        raise PrometheusError(f"{where}: no list of samples in {str(data)[:200]}")
     if not result:
         return None
     try:
         value = float(result[0]["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError) as exc:
         raise PrometheusError(f"{where}: malformed sample {result[0]!r}") from exc
     return value if math.isfinite(value) else None
 
