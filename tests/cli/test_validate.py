@@ -76,3 +76,27 @@ def test_api_version_and_kind_of_our_group(tmp_path: Path, capsys: pytest.Captur
         in err
     )
     assert "GEMTrainig/gem-pretrain: kind: GEMTrainig is not a kind of gem.dev" in err
+
+
+def test_metadata_and_huge_numbers_are_errors_not_cel_tracebacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name that is not a string, a missing name and an integer past int64 each reached the CEL
+    rules, whose evaluation raised (a traceback out of `gemop validate`)."""
+    numeric = dict(sample("RankingService"), metadata={"name": 7})
+    nameless = dict(sample("SolarisPrecompute"), metadata={"namespace": "default"})
+    huge = sample("RankingService")
+    huge["metadata"] = {"name": "huge"}
+    # where the schema keeps unknown fields the API server stores it as a float: the rules still run
+    huge["spec"]["workload"] = {"podTemplate": {"spec": {"securityContext": {"runAsUser": 10**30}}}}
+    past_float = sample("GEMTraining")
+    past_float["metadata"] = {"name": "past-float"}
+    past_float["spec"]["workload"] = {"podTemplate": {"spec": {"securityContext": {"runAsUser": 10**400}}}}
+    write(tmp_path / "m.yaml", numeric, nameless, huge, past_float)
+    assert main(["validate", str(tmp_path / "m.yaml")]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert "RankingService/7: metadata.name: expected a string, got a int (7)" in err
+    assert "SolarisPrecompute/?: metadata.name: missing; every object needs a name" in err
+    assert "RankingService/huge: valid" in out
+    assert "GEMTraining/past-float:" in err and "cannot be evaluated here" in err

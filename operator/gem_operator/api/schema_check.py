@@ -13,6 +13,7 @@ from typing import Any
 
 import celpy
 from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 from openapi_schema_validator import OAS30Validator
 
 from gem_operator.api.crd import build_crd
@@ -75,16 +76,56 @@ def _clip(message: str, keep: int = 240) -> str:
     return message if len(message) <= keep else f"{message[: keep - 80]} ... {message[-60:]}"
 
 
-def _cel_holds(rule: str, value: Any) -> bool:
+def _cel_holds(rule: str, value: Any) -> bool | str:
+    """True or False as the rule says; a string when it cannot be evaluated on this value (the API
+    server reports that as the rule failing too): an integer past int64, a field of the wrong type."""
     env = celpy.Environment()
     program = env.program(env.compile(rule))
-    return bool(program.evaluate({"self": json_to_cel(value)}))
+    try:
+        return bool(program.evaluate({"self": json_to_cel(_decoded_numbers(value))}))
+    except (CELEvalError, ValueError, TypeError, OverflowError) as exc:
+        return str(exc.args[0] if exc.args else exc)[:120]
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _decoded_numbers(value: Any) -> Any:
+    """``value`` with integers past int64 as floats, as the API server's JSON decoding stores them
+    (celpy overflows on them instead; the schema, not a rule, refuses one where an integer belongs)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if value in _INT64 else float(value)
+    if isinstance(value, Mapping):
+        return {k: _decoded_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded_numbers(v) for v in value]
+    return value
+
+
+def _metadata_errors(obj: Mapping[str, Any]) -> list[str]:
+    """What the API server's ObjectMeta decoding refuses before any schema or rule sees the object."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return ["metadata: expected an object with a name"]
+    name = meta.get("name")
+    if name is None or name == "":
+        return ["metadata.name: missing; every object needs a name"]
+    if not isinstance(name, str):
+        return [f"metadata.name: expected a string, got a {type(name).__name__} ({str(name)[:40]})"]
+    return [
+        f"metadata.{key}: expected a string" for key in ("namespace",) if key in meta and not isinstance(meta[key], str)
+    ]
 
 
 def schema_errors(info: KindInfo, obj: Mapping[str, Any]) -> list[str]:
     """What an API server with our CRD installed would say about this object."""
     schema = build_crd(info)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     value = apply_defaults(schema, dict(obj))
+    errors = _metadata_errors(obj)
+    if errors:
+        return errors
     errors = list(_unknown_fields(schema, value, []))
     errors += [
         f"{_path(list(err.absolute_path))}: {_clip(err.message)}"
@@ -93,8 +134,11 @@ def schema_errors(info: KindInfo, obj: Mapping[str, Any]) -> list[str]:
     if errors:
         return errors
     for path, rule, node in _cel_nodes(schema, value, []):
-        if not _cel_holds(rule["rule"], node):
-            errors.append(f"{_path(path)}: {rule.get('message', rule['rule'])}")
+        holds = _cel_holds(rule["rule"], node)
+        if holds is True:
+            continue
+        unevaluable = f" (the rule cannot be evaluated here: {holds})" if isinstance(holds, str) else ""
+        errors.append(f"{_path(path)}: {rule.get('message', rule['rule'])}{unevaluable}")
     return errors
 
 
