@@ -119,6 +119,37 @@ def test_gemop_run_names_a_bad_cache_setting(name: str, value: str, line: str) -
 
 
 @pytest.mark.parametrize(
+    ("kubeconfig", "line"),
+    [
+        (None, "no Kubernetes client configuration: {k} does not exist and this is not a pod"),
+        ("clusters: [\n", "cannot load the Kubernetes client configuration from {k}: while parsing a flow node"),
+        (
+            "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\ncurrent-context: nope\nusers: []\n",
+            "cannot load the Kubernetes client configuration from {k}: Invalid kube-config file. Expected object "
+            "with name nope",
+        ),
+        (
+            "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://[::1'}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\nusers: [{name: u, user: {}}]\n",
+            "cannot load the Kubernetes client configuration from {k}: Invalid IPv6 URL",
+        ),
+    ],
+)
+def test_gemop_run_names_a_kubeconfig_it_cannot_load(tmp_path: Path, kubeconfig: str | None, line: str) -> None:
+    """kopf's startup retried such a file every 60 s, with a traceback each time, for ever."""
+    path = tmp_path / "kubeconfig"
+    if kubeconfig is not None:
+        path.write_text(kubeconfig)
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"} | {"KUBECONFIG": str(path)}
+    argv = [sys.executable, "-m", "gem_operator.cli", "run", "-A", "--metrics-port", "0"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gemop run: " + line.format(k=path)), last
+    assert last.endswith("point $KUBECONFIG at a kubeconfig kubectl can use, or run in a pod with a service account")
+
+
+@pytest.mark.parametrize(
     ("name", "value", "expects"),
     [
         ("GEM_RESYNC_SECONDS", "abc", "a finite number > 0 and <= 3600"),

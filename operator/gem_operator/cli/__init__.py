@@ -47,6 +47,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         os.environ["GEM_METRICS_PORT"] = str(args.metrics_port)
     from gem_operator.controllers import REGISTRY  # noqa: F401  (a bad GEM_* variable stops here: see main)
+    from gem_operator.kube.auth import config_problem
+
+    problem = config_problem()
+    if problem:
+        print(f"gemop run: {problem}", file=sys.stderr)
+        return 2
 
     priority = args.priority if args.priority is not None else default_priority()
     opts = OperatorOptions(

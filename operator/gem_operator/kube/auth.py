@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2 as httpx
 import kopf
@@ -57,6 +58,34 @@ def config_present(path: str | os.PathLike[str] | None = None) -> bool:
     if env:
         return any(Path(p).is_file() for p in env.split(os.pathsep) if p)
     return Path("~/.kube/config").expanduser().is_file()
+
+
+_FIX = "point $KUBECONFIG at a kubeconfig kubectl can use, or run in a pod with a service account"
+
+
+def config_problem() -> str | None:
+    """Why no client configuration can be loaded (None: one can), for ``gemop run`` to say once.
+
+    Without this, kopf's startup retries a kubeconfig that will never parse (or a file that is not
+    there) every 60 s, each time with a traceback. Loading it here runs an exec plugin once more.
+    """
+    where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if not config_present():
+        return f"no Kubernetes client configuration: {where} does not exist and this is not a pod; {_FIX}"
+    if not client_available():
+        return None  # kopf's and lightkube's own readers report what they find
+    import kubernetes.config
+    import yaml
+
+    try:
+        server = connection().server
+        parts = urlsplit(server)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0:
+            raise ValueError(f"server {server!r} is not an http(s)://host[:port] URL")
+    except (kubernetes.config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        return f"cannot load the Kubernetes client configuration from {where}: {first}; {_FIX}"
+    return None
 
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
