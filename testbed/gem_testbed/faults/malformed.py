@@ -51,9 +51,10 @@ _CACHE: dict[str, dict[str, Any]] = {}
 
 
 def sample(kind: str) -> dict[str, Any]:
+    """The shipped sample of ``kind``: a copy, so that a caller's edits never reach the next caller."""
     if kind not in _CACHE:
         _CACHE[kind] = yaml.safe_load((SAMPLES / _FILES[kind]).read_text())
-    return _CACHE[kind]
+    return copy.deepcopy(_CACHE[kind])
 
 
 def deep(levels: int) -> Callable[[], dict[str, Any]]:
