@@ -121,11 +121,11 @@ def _metadata_errors(obj: Mapping[str, Any]) -> list[str]:
 
 def schema_errors(info: KindInfo, obj: Mapping[str, Any]) -> list[str]:
     """What an API server with our CRD installed would say about this object."""
-    schema = build_crd(info)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    value = apply_defaults(schema, dict(obj))
     errors = _metadata_errors(obj)
     if errors:
         return errors
+    schema = build_crd(info)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    value = apply_defaults(schema, dict(obj))
     errors = list(_unknown_fields(schema, value, []))
     errors += [
         f"{_path(list(err.absolute_path))}: {_clip(err.message)}"
