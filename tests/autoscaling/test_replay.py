@@ -11,6 +11,7 @@ import yaml
 
 from gem_operator.api.autoscaling import SloFeedback
 from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.replay.command import main
 from gem_operator.replay.engine import (
     HPA_RPS,
     POLICY,
@@ -22,7 +23,6 @@ from gem_operator.replay.engine import (
     _observation,
     load_service,
     load_trace,
-    main,
     run_replay,
     simulate,
     to_series,
@@ -329,6 +329,42 @@ def test_shared_trace_slice(tmp_path: Path, service: Path) -> None:
 def test_cluster_gpus_cap_the_policy(tmp_path: Path, service: Path) -> None:
     report = run_replay(step_trace(tmp_path), service, cluster_gpus=6)
     assert report.results[POLICY].peak_replicas <= 6
+
+
+def test_the_ceiling_is_named_where_it_explains_the_slo_minutes(tmp_path: Path, service: Path) -> None:
+    """A trace the service was never sized for: the report says the pools stopped at maxReplicas (or
+    at what --cluster-gpus allows), and how many SLO minutes came while they held it."""
+    roomy = run_replay(step_trace(tmp_path), service)
+    assert (roomy.ceiling_replicas, roomy.ceiling_source) == (40, "spec.autoscaling.maxReplicas")
+    assert all(r.ceiling_violation_minutes == 0 for r in roomy.results.values())
+    assert "note:" not in roomy.to_table()
+
+    small = tmp_path / "small.yaml"
+    small.write_text(SERVICE_YAML.replace("maxReplicas: 40", "maxReplicas: 4"))
+    report = run_replay(step_trace(tmp_path), small)
+    static = report.results[STATIC_PEAK]
+    assert report.ceiling_replicas == 4 and static.peak_replicas > 4 and static.ceiling_violation_minutes == 0
+    for k in (POLICY, HPA_RPS):
+        r = report.results[k]
+        assert 0 < r.ceiling_violation_minutes <= r.slo_violation_minutes
+        # A minute counted is over the SLO and reached 4 replicas, so its mean is above 3.
+        over = [m for m in range(report.warmup_minutes, report.minutes) if (r.p99_ms_per_minute[m] or 0) > 40]
+        assert r.ceiling_violation_minutes <= sum(1 for m in over if r.replicas_per_minute[m] > 3)
+    table = report.to_table()
+    assert (
+        "stop at 4 replicas (spec.autoscaling.maxReplicas); static peak provisioning, which nothing caps, "
+        f"holds {static.peak_replicas}"
+    ) in table
+    assert f"policy: {report.results[POLICY].ceiling_violation_minutes} of its" in table
+    assert table.count("raise spec.autoscaling.maxReplicas to let it scale to the load") == 2
+    d = report.to_dict(timeline=False)
+    assert d["ceiling"] == {"replicas": 4, "set_by": "spec.autoscaling.maxReplicas"}
+    assert d["policy"]["slo_violation_minutes_at_ceiling"] == report.results[POLICY].ceiling_violation_minutes
+
+    capped = run_replay(step_trace(tmp_path), service, cluster_gpus=3)
+    assert (capped.ceiling_replicas, capped.ceiling_source) == (3, "--cluster-gpus 3 at gpusPerReplica 1")
+    assert capped.results[POLICY].ceiling_violation_minutes > 0
+    assert "raise --cluster-gpus to let it scale" in capped.to_table()
 
 
 def test_main_json_table_and_plot(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:

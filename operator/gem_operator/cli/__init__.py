@@ -184,8 +184,8 @@ def build_parser(load_extras: bool = True) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["replay"]:
-        # The replay command owns its flags (gem_operator.replay.engine).
-        from gem_operator.replay.engine import main as replay_main
+        # The replay command owns its flags (gem_operator.replay.command).
+        from gem_operator.replay.command import main as replay_main
 
         return replay_main(argv[1:])
     if argv[:1] and argv[0] in TESTBED_COMMANDS:

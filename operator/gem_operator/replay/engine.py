@@ -1,5 +1,7 @@
 """Replay a request trace against the autoscaling policy on simulated time, with baselines.
 
+What `gemop replay` (`command.py`) runs:
+
     gemop replay --trace TRACE --service RANKINGSERVICE.yaml [--scale X]
                  [--scale-mode independent|duplicate] [--profile FILE.json]
                  [--output table|json] [--plot FILE.png]
@@ -54,19 +56,14 @@ Per pool: GPU-hours (GPUs held from pod creation, so start-up counts), p99 per m
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gem_operator import plugins
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.argtypes import positive_float, positive_int
 from gem_operator.autoscaling.policy import (
     LatencyReading,
     MetricReading,
@@ -86,9 +83,8 @@ from gem_operator.replay.report import (
     ReplayReport,
     most_in_an_hour,
 )
-from gem_operator.replay.service_model import Pool, ProfileError, ServiceModel, weighted_quantile
+from gem_operator.replay.service_model import Pool, ServiceModel, weighted_quantile
 from gem_operator.replay.traces import (
-    SCALE_MODES,
     TREND_SECONDS,
     Arrivals,
     LoadSeries,
@@ -272,6 +268,14 @@ def simulate(
 
     rps_window = max(1, round(rps_window_seconds)) if rps_window_seconds else sync_every
 
+    # The most replicas an autoscaled pool may hold: maxReplicas, or fewer where the cluster's GPUs
+    # run out first. Violation minutes spent there are the ceiling's, not the policy's, and a user
+    # replaying their own trace needs to be told so (static peak is not capped).
+    ceiling, ceiling_source = a.max_replicas, "spec.autoscaling.maxReplicas"
+    if cluster_gpus is not None and max(a.min_replicas, cluster_gpus // gpus) < ceiling:
+        ceiling = max(a.min_replicas, cluster_gpus // gpus)
+        ceiling_source = f"--cluster-gpus {cluster_gpus} at gpusPerReplica {gpus}"
+
     rules: dict[str, tuple[Decide | None, int]] = {
         POLICY: (policy_rule(spec_override or spec, slo_ms, sync_every, gpus, cluster_gpus, targets), start_n),
         STATIC_PEAK: (None, static_n),
@@ -282,7 +286,17 @@ def simulate(
         if only is not None and name not in only:
             continue
         results[name] = run_pool(
-            name, decide, initial, cost, reqs, model, sync_every, slo_ms, gpus, warmup_minutes=warmup
+            name,
+            decide,
+            initial,
+            cost,
+            reqs,
+            model,
+            sync_every,
+            slo_ms,
+            gpus,
+            warmup_minutes=warmup,
+            ceiling=None if decide is None else ceiling,
         )
     per_minute: list[float | None] = [None] * minutes
     for when, target in targets:
@@ -302,6 +316,8 @@ def simulate(
         scale_mode=scale_mode,
         warmup_minutes=warmup,
         max_replicas=spec.autoscaling.max_replicas,
+        ceiling_replicas=ceiling,
+        ceiling_source=ceiling_source,
     )
 
 
@@ -377,10 +393,13 @@ def run_pool(
     gpus: int,
     *,
     warmup_minutes: int = 0,
+    ceiling: int | None = None,
 ) -> PoolResult:
     """Serve `cost` second by second with one pool; `decide` (None: fixed size) is called every sync.
 
-    Minutes before `warmup_minutes` are counted apart (`warmup_violation_minutes`).
+    Minutes before `warmup_minutes` are counted apart (`warmup_violation_minutes`). Violation
+    minutes in which the pool held `ceiling` replicas at some second are also counted in
+    `ceiling_violation_minutes`: there it could not have scaled further.
     """
     pool = Pool(model)
     pool.created = [-model.startup_seconds] * initial  # warm: ready at t=0
@@ -408,6 +427,7 @@ def run_pool(
     sm_min: list[float] = []
     violations = 0
     warm_violations = 0
+    at_ceiling = 0
     for m in range(minutes):
         sl = slice(m * 60, (m + 1) * 60)
         weights = cost[sl]
@@ -419,6 +439,8 @@ def run_pool(
                     warm_violations += 1
                 else:
                     violations += 1
+                    if ceiling is not None and max(reps[sl]) >= ceiling:
+                        at_ceiling += 1
         else:
             p99_min.append(None)
         rep_min.append(sum(reps[sl]) / len(reps[sl]))
@@ -438,6 +460,7 @@ def run_pool(
         events=events,
         warmup_violation_minutes=warm_violations,
         judged_minutes=max(0, minutes - warmup_minutes),
+        ceiling_violation_minutes=at_ceiling,
     )
 
 
@@ -484,83 +507,6 @@ def run_replay(
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gemop replay", description="Replay a trace against the autoscaling policy.")
-    p.add_argument("--trace", required=True, help='CSV with a TIMESTAMP column, or JSONL {"t", "cost"}')
-    p.add_argument("--service", required=True, help="RankingService manifest (YAML)")
-    p.add_argument("--scale", type=positive_float, default=1.0, help="multiply the load, keeping the time axis")
-    p.add_argument(
-        "--scale-mode",
-        choices=SCALE_MODES,
-        default="independent",
-        help="independent (default): X times as many independent users, fluctuations add in variance; "
-        "duplicate: every request stands for X in the same second, bursts grow X-fold",
-    )
-    p.add_argument(
-        "--trend-seconds",
-        type=positive_float,
-        default=TREND_SECONDS,
-        help="independent mode: window of the trend all users share (default 300)",
-    )
-    p.add_argument("--profile", help="JSON service profile replacing the model's defaults")
-    p.add_argument("--cost-column", help="CSV column that weights each request's cost")
-    p.add_argument("--output", choices=("table", "json"), default="table")
-    p.add_argument("--plot", help="write a PNG to this path")
-    p.add_argument("--sync-seconds", type=positive_float, default=15.0, help="autoscaler period (default 15)")
-    p.add_argument(
-        "--smooth-seconds",
-        type=positive_float,
-        default=10.0,
-        help="duplicate mode: moving average of the load (default 10)",
-    )
-    p.add_argument("--cluster-gpus", type=positive_int, help="GPUs in the cluster (caps scale-up); default unlimited")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`gemop replay` entry point. Returns the exit status (2 for bad input)."""
-    args = build_parser().parse_args(argv)
-    plot_report = None
-    if args.plot:
-        plot_report, missing = plugins.load(plugins.PLOTTERS, "replay")
-        if plot_report is None:
-            print(f"gemop replay: --plot {missing}", file=sys.stderr)
-            return 2
-    if args.plot and not Path(args.plot).expanduser().resolve().parent.is_dir():
-        folder = Path(args.plot).expanduser().resolve().parent
-        print(f"gemop replay: --plot {args.plot}: folder {folder} does not exist; create it first", file=sys.stderr)
-        return 2
-    try:
-        report = run_replay(
-            args.trace,
-            args.service,
-            scale=args.scale,
-            profile=args.profile,
-            cost_column=args.cost_column,
-            sync_seconds=args.sync_seconds,
-            smooth_seconds=args.smooth_seconds,
-            cluster_gpus=args.cluster_gpus,
-            scale_mode=args.scale_mode,
-            trend_seconds=args.trend_seconds,
-        )
-    except (TraceError, ProfileError) as exc:
-        print(f"gemop replay: {exc}", file=sys.stderr)
-        return 2
-    if args.output == "json":
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(report.to_table())
-    if plot_report is not None:
-        try:
-            plot_report(report, args.plot)
-        except OSError as exc:
-            print(f"gemop replay: --plot {args.plot}: cannot write: {exc.strerror or exc}", file=sys.stderr)
-            return 1
-        if args.output == "table":
-            print(f"plot written to {args.plot}")
-    return 0
-
-
 __all__ = [
     "HPA_RPS",
     "POLICY",
@@ -572,10 +518,8 @@ __all__ = [
     "ReplayReport",
     "TraceError",
     "Window",
-    "build_parser",
     "load_service",
     "load_trace",
-    "main",
     "run_pool",
     "run_replay",
     "simulate",

@@ -38,6 +38,9 @@ class PoolResult:
     warmup_violation_minutes: int = 0  # over the SLO before the first decision could take effect
     judged_minutes: int = 0  # minutes after the warm-up (what slo_violation_minutes counts)
     effective_target_per_minute: list[float | None] = field(default_factory=list)
+    # Of slo_violation_minutes, those in which the pool held its ceiling (maxReplicas, or what the
+    # cluster's GPUs allow): it could not have scaled further; always 0 for the static pool.
+    ceiling_violation_minutes: int = 0
 
     @property
     def violation_pct(self) -> float:
@@ -48,6 +51,7 @@ class PoolResult:
             "gpu_hours": round(self.gpu_hours, 3),
             "slo_violation_minutes": self.slo_violation_minutes,
             "slo_violation_pct_after_warmup": round(self.violation_pct, 2),
+            "slo_violation_minutes_at_ceiling": self.ceiling_violation_minutes,
             "warmup_violation_minutes": self.warmup_violation_minutes,
             "direction_changes_per_hour": round(self.direction_changes_per_hour, 2),
             "peak_replicas": self.peak_replicas,
@@ -83,6 +87,8 @@ class ReplayReport:
     scale_mode: str = "duplicate"
     warmup_minutes: int = 0
     max_replicas: int | None = None  # the spec's autoscaling.maxReplicas, marked on the plot
+    ceiling_replicas: int | None = None  # the most an autoscaled pool may hold (maxReplicas or the cluster's GPUs)
+    ceiling_source: str = "spec.autoscaling.maxReplicas"
 
     @property
     def minutes(self) -> int:
@@ -102,6 +108,7 @@ class ReplayReport:
             "scale_mode": self.scale_mode,
             "warmup_minutes": self.warmup_minutes,
             "slo_p99_ms": self.slo_ms,
+            "ceiling": {"replicas": self.ceiling_replicas, "set_by": self.ceiling_source},
             "service_model": self.model.describe(),
             "policy": self.results[POLICY].summary(),
             "baselines": {k: self.results[k].summary() for k in (STATIC_PEAK, HPA_RPS)},
@@ -151,7 +158,31 @@ class ReplayReport:
                 f"{r.mean_replicas:>6.1f}"
             )
         lines.append("('vs static' is the GPU-hour change against static peak provisioning; negative is fewer)")
+        lines.extend(self.ceiling_notes())
         return "\n".join(lines)
+
+    def ceiling_notes(self) -> list[str]:
+        """Lines saying where the autoscaled pools' ceiling, not their policy, explains the figures:
+        static peak sized above it, and SLO minutes spent holding it. Without them a replay of a
+        trace the service was never sized for reads as a policy that does not scale."""
+        if self.ceiling_replicas is None:
+            return []
+        notes = []
+        static = self.results.get(STATIC_PEAK)
+        if static is not None and static.peak_replicas > self.ceiling_replicas:
+            notes.append(
+                f"note: the autoscaled pools stop at {self.ceiling_replicas} replicas ({self.ceiling_source}); "
+                f"static peak provisioning, which nothing caps, holds {static.peak_replicas} for this load"
+            )
+        for k in (POLICY, HPA_RPS):
+            r = self.results.get(k)
+            if r is not None and r.ceiling_violation_minutes:
+                notes.append(
+                    f"note: {k}: {r.ceiling_violation_minutes} of its {r.slo_violation_minutes} SLO-violation "
+                    f"minutes came while it held that ceiling of {self.ceiling_replicas}: raise "
+                    f"{self.ceiling_source.split()[0]} to let it scale to the load"
+                )
+        return notes
 
 
 __all__ = ["HPA_RPS", "POLICY", "POOLS", "STATIC_PEAK", "PoolResult", "ReplayReport"]
