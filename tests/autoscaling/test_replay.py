@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,6 +38,7 @@ from gem_operator.replay.service_model import (
     weighted_quantile,
 )
 from gem_testbed.plots.replay import plot_report
+from gem_workloads.replay.trace import load_trace as workloads_load_trace
 
 # The shared Azure trace, shipped in the repo with its attribution (data/traces/README.md).
 SHARED = Path(__file__).resolve().parents[2] / "data" / "traces" / "azure-llm-2023-code.csv"
@@ -329,6 +332,58 @@ def test_shared_trace_slice(tmp_path: Path, service: Path) -> None:
 def test_cluster_gpus_cap_the_policy(tmp_path: Path, service: Path) -> None:
     report = run_replay(step_trace(tmp_path), service, cluster_gpus=6)
     assert report.results[POLICY].peak_replicas <= 6
+
+
+@pytest.mark.parametrize("reader", [load_trace, workloads_load_trace], ids=["gemop-replay", "replayer"])
+@pytest.mark.parametrize(
+    ("unit", "scale"), [("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9)], ids=["s", "ms", "us", "ns"]
+)
+def test_numeric_times_are_read_in_the_unit_their_size_says(
+    tmp_path: Path, reader: Callable[..., Any], unit: str, scale: int
+) -> None:
+    """Epoch milliseconds read as seconds would stretch 2.5 s of requests over 42 minutes. Both
+    trace readers (`gemop replay`'s and the replayer's) read the same files the same way."""
+    epoch = 1_709_251_200  # 2024-03-01
+    stamps = [epoch * scale + k * scale // 2 if scale > 1 else epoch + k / 2 for k in range(6)]  # every 0.5 s
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("TIMESTAMP\n" + "".join(f"{t}\n" for t in stamps))
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("".join(json.dumps({"t": t, "count": 2}) + "\n" for t in stamps))
+    for path in (csv_path, jsonl):
+        a = reader(path)
+        assert a.time_unit == unit
+        assert sorted({t - a.times[0] for t in a.times}) == pytest.approx([0.5 * k for k in range(6)])
+    seconds = reader(csv_path, time_unit="s")
+    assert seconds.times[-1] - seconds.times[0] == pytest.approx(2.5 * scale)  # as the user says
+    with pytest.raises(ValueError, match="--time-unit must be auto or one of s, ms, us, ns"):
+        reader(csv_path, time_unit="minutes")
+
+
+@pytest.mark.parametrize("reader", [load_trace, workloads_load_trace], ids=["gemop-replay", "replayer"])
+def test_an_offset_after_a_long_fraction_is_kept(tmp_path: Path, reader: Callable[..., Any]) -> None:
+    # Seven fractional digits then an offset: the offset is kept, so two zones line up.
+    q = tmp_path / "zones.csv"
+    q.write_text("TIMESTAMP\n2024-03-01T02:00:00.1234567+02:00\n2024-03-01T00:00:01.1234567Z\n")
+    a = reader(q)
+    assert a.time_unit is None and sorted(t - min(a.times) for t in a.times) == pytest.approx([0.0, 1.0])
+
+
+def test_the_report_says_how_numeric_times_were_read(
+    tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "ms.csv"
+    trace.write_text("TIMESTAMP\n" + "".join(f"{1_709_251_200_000 + 4 * i}\n" for i in range(150_000)))
+    assert main(["--trace", str(trace), "--service", str(service)]) == 0
+    out = capsys.readouterr().out
+    assert "0.17 h" in out  # 600 s, not 600,000
+    assert "time stamps: numbers, read as epoch milliseconds (by their size; --time-unit s reads them" in out
+    assert main(["--trace", str(trace), "--service", str(service), "--time-unit", "ms", "--output", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["duration_seconds"] == 600 and d["time_stamps"].endswith("(--time-unit ms)")
+    seconds = tmp_path / "s.csv"
+    seconds.write_text("TIMESTAMP\n" + "".join(f"{1_709_251_200 + i / 250}\n" for i in range(150_000)))
+    assert main(["--trace", str(seconds), "--service", str(service)]) == 0
+    assert "time stamps" not in capsys.readouterr().out
 
 
 def test_the_ceiling_is_named_where_it_explains_the_slo_minutes(tmp_path: Path, service: Path) -> None:

@@ -16,7 +16,7 @@ from gem_operator import plugins
 from gem_operator.argtypes import positive_float, positive_int
 from gem_operator.replay.engine import run_replay
 from gem_operator.replay.service_model import ProfileError
-from gem_operator.replay.traces import SCALE_MODES, TREND_SECONDS, TraceError
+from gem_operator.replay.traces import SCALE_MODES, TIME_UNITS, TREND_SECONDS, TraceError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--profile", help="JSON service profile replacing the model's defaults")
     p.add_argument("--cost-column", help="CSV column that weights each request's cost")
+    p.add_argument(
+        "--time-unit",
+        choices=("auto", *TIME_UNITS),
+        default="auto",
+        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
+    )
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", help="write a PNG to this path")
     p.add_argument("--sync-seconds", type=positive_float, default=15.0, help="autoscaler period (default 15)")
@@ -77,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster_gpus=args.cluster_gpus,
             scale_mode=args.scale_mode,
             trend_seconds=args.trend_seconds,
+            time_unit=args.time_unit,
         )
     except (TraceError, ProfileError) as exc:
         print(f"gemop replay: {exc}", file=sys.stderr)

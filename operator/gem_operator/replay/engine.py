@@ -85,6 +85,7 @@ from gem_operator.replay.report import (
 )
 from gem_operator.replay.service_model import Pool, ServiceModel, weighted_quantile
 from gem_operator.replay.traces import (
+    TIME_UNIT_NAMES,
     TREND_SECONDS,
     Arrivals,
     LoadSeries,
@@ -481,18 +482,20 @@ def run_replay(
     trend_seconds: float = TREND_SECONDS,
     static_replicas: int | None = None,
     rps_window_seconds: float | None = None,
+    time_unit: str = "auto",
 ) -> ReplayReport:
     """Replay `trace` against the RankingService in `service`. Raises TraceError / ProfileError.
 
     `static_replicas` fixes the static pool's size (default: sized for the run's peak);
-    `rps_window_seconds` the HPA-on-RPS baseline's rate window (default: one sync period)."""
+    `rps_window_seconds` the HPA-on-RPS baseline's rate window (default: one sync period);
+    `time_unit` the unit of numeric time stamps ("auto": by their size, `traces.numeric_time_unit`)."""
     name, spec = load_service(service)
     model = ServiceModel.load(profile) if profile is not None else ServiceModel()
-    arrivals = load_trace(trace, cost_column)
+    arrivals = load_trace(trace, cost_column, time_unit)
     series = to_series(
         arrivals, scale=scale, smooth_seconds=smooth_seconds, mode=scale_mode, trend_seconds=trend_seconds
     )
-    return simulate(
+    report = simulate(
         series,
         spec,
         model,
@@ -505,6 +508,13 @@ def run_replay(
         static_replicas=static_replicas,
         rps_window_seconds=rps_window_seconds,
     )
+    if arrivals.time_unit not in (None, "s"):
+        # Said in the header: a unit picked by size is a guess the user should see.
+        how = (
+            f"--time-unit {time_unit}" if time_unit != "auto" else "by their size; --time-unit s reads them as seconds"
+        )
+        report.time_note = f"time stamps: numbers, read as {TIME_UNIT_NAMES[arrivals.time_unit]} ({how})"
+    return report
 
 
 __all__ = [

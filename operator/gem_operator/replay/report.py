@@ -89,6 +89,7 @@ class ReplayReport:
     max_replicas: int | None = None  # the spec's autoscaling.maxReplicas, marked on the plot
     ceiling_replicas: int | None = None  # the most an autoscaled pool may hold (maxReplicas or the cluster's GPUs)
     ceiling_source: str = "spec.autoscaling.maxReplicas"
+    time_note: str = ""  # how numeric time stamps were read, when not as seconds
 
     @property
     def minutes(self) -> int:
@@ -104,6 +105,7 @@ class ReplayReport:
             "duration_seconds": self.duration_seconds,
             "service": self.service,
             "trace": self.trace,
+            **({"time_stamps": self.time_note} if self.time_note else {}),
             "scale": self.scale,
             "scale_mode": self.scale_mode,
             "warmup_minutes": self.warmup_minutes,
@@ -141,6 +143,7 @@ class ReplayReport:
             f"replay of {self.trace} (x{self.scale:g}, scale mode {self.scale_mode}) against RankingService "
             f"{self.service}: {hours:.2f} h, SLO p99 <= {self.slo_ms:g} ms, replica ready "
             f"{self.model.startup_seconds:g} s after creation",
+            *([self.time_note] if self.time_note else []),
             f"warm-up: the first {self.warmup_minutes} min (before a first decision can take effect) are counted "
             f"apart; SLO minutes and % below are over the {self.judged_minutes} min after it",
             f"{'pool':<12} {'GPU-h':>8} {'vs static':>9} {'SLO-viol min':>12} {'viol %':>7} {'warm-up':>7} "

@@ -1,12 +1,18 @@
 """Traces and service manifests for the replay: parsing, per-second load series, scale modes.
 
 TRACE is either
-- CSV with a `TIMESTAMP` column (date-time like `2023-11-16 18:17:03.97996`, or seconds),
+- CSV with a `TIMESTAMP` column (date-time like `2023-11-16 18:17:03.97996`, or a number),
   one row per request; `--cost-column NAME` weights each request by that numeric column,
   normalised to mean 1 (so a cost unit is an average request), or
 - JSONL, one object per line: `{"t": seconds, "cost": number}`; optional `"count"` is the
   number of requests the line stands for (default 1; `cost` defaults to `count`), so a
   pre-aggregated trace may hold one line per second.
+
+Numeric times are seconds, unless they are too large to be: from 1e11 on (past the year 5138 as
+seconds) they are epoch milliseconds, from 1e14 microseconds, from 1e17 nanoseconds, judged on
+the first time of the file (`time_unit="auto"`; `--time-unit` names the unit instead). Tracing
+systems and databases export those units, and read as seconds a 15-minute trace in milliseconds
+would replay as 10 days of near-silence.
 
 Every parse error names the file, the line and the column or key.
 """
@@ -60,22 +66,53 @@ class Arrivals:
     counts: list[float]
     costs: list[float]
     path: str
+    time_unit: str | None = None  # what numeric times were read as ("s", "ms", ...); None: date-times
 
 
-def _parse_time(text: str) -> float:
-    text = text.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        pass
-    else:
-        if math.isfinite(value):
-            return value
-        raise ValueError(f"not a finite time: {text!r}")
+# Seconds per unit of a numeric time.
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+TIME_UNIT_NAMES = {"s": "seconds", "ms": "epoch milliseconds", "us": "epoch microseconds", "ns": "epoch nanoseconds"}
+
+
+def numeric_time_unit(first: float) -> str:
+    """The unit of a file's numeric times, from the size of its first: seconds up to 1e11 (the
+    year 5138), then epoch milliseconds, microseconds (1e14) and nanoseconds (1e17)."""
+    for bound, unit in ((1e17, "ns"), (1e14, "us"), (1e11, "ms")):
+        if abs(first) >= bound:
+            return unit
+    return "s"
+
+
+class _TimeReader:
+    """Parses a file's time stamps: date-times to epoch seconds; numbers in the file's unit (given,
+    or picked by `numeric_time_unit` from the first number read)."""
+
+    def __init__(self, time_unit: str) -> None:
+        if time_unit != "auto" and time_unit not in TIME_UNITS:
+            raise TraceError(f"--time-unit must be auto or one of {', '.join(TIME_UNITS)}, got {time_unit!r}")
+        self.unit: str | None = None if time_unit == "auto" else time_unit
+
+    def number(self, value: float) -> float:
+        if self.unit is None:
+            self.unit = numeric_time_unit(value)
+        return value * TIME_UNITS[self.unit]
+
+    def parse(self, text: str) -> float:
+        text = text.strip()
+        try:
+            value = float(text)
+        except ValueError:
+            return _parse_datetime(text)
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite time: {text!r}")
+        return self.number(value)
+
+
+def _parse_datetime(text: str) -> float:
     # datetime.fromisoformat takes at most 6 fractional digits on older Pythons.
     if "." in text:
         head, frac = text.rsplit(".", 1)
-        digits = "".join(ch for ch in frac if ch.isdigit())
+        digits = frac[: len(frac) - len(frac.lstrip("0123456789"))]  # the leading run, not an offset's
         rest = frac[len(digits) :]
         text = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
     parsed = datetime.fromisoformat(text)
@@ -84,7 +121,7 @@ def _parse_time(text: str) -> float:
     return parsed.timestamp()
 
 
-def _load_csv(path: Path, cost_column: str | None) -> Arrivals:
+def _load_csv(path: Path, cost_column: str | None, clock: _TimeReader) -> Arrivals:
     try:
         fh = path.open(newline="", encoding="utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not a column name
     except OSError as exc:
@@ -92,14 +129,14 @@ def _load_csv(path: Path, cost_column: str | None) -> Arrivals:
     reader = csv.reader(fh)
     try:
         with fh:
-            return _read_csv(path, reader, cost_column)
+            return _read_csv(path, reader, cost_column, clock)
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
     except csv.Error as exc:  # e.g. a field past the csv module's size limit
         raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
 
 
-def _read_csv(path: Path, reader: Reader, cost_column: str | None) -> Arrivals:
+def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeReader) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     try:
@@ -123,7 +160,7 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None) -> Arrivals:
         if len(row) != len(names):
             raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(names)}")
         try:
-            times.append(_parse_time(row[t_idx]))
+            times.append(clock.parse(row[t_idx]))
         except ValueError:
             raise TraceError(
                 f"{path}: line {line}, column TIMESTAMP: cannot parse {row[t_idx]!r} as a time "
@@ -146,10 +183,10 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None) -> Arrivals:
         costs = [c / mean for c in costs]
     else:
         costs = [1.0] * len(times)
-    return Arrivals(times, [1.0] * len(times), costs, str(path))
+    return Arrivals(times, [1.0] * len(times), costs, str(path), clock.unit)
 
 
-def _load_jsonl(path: Path) -> Arrivals:
+def _load_jsonl(path: Path, clock: _TimeReader) -> Arrivals:
     times: list[float] = []
     counts: list[float] = []
     costs: list[float] = []
@@ -181,18 +218,20 @@ def _load_jsonl(path: Path) -> Arrivals:
                 raise TraceError(f"{path}: line {line}, key {key!r}: expected a number >= 0, got {v!r}")
             return float(v)
 
-        t = num("t", None)
+        t = clock.number(num("t", None))
         count = num("count", 1.0)
         times.append(t)
         counts.append(count)
         costs.append(num("cost", count))
     if not times:
         raise TraceError(f"{path}: no requests")
-    return Arrivals(times, counts, costs, str(path))
+    return Arrivals(times, counts, costs, str(path), clock.unit)
 
 
-def load_trace(path: str | Path, cost_column: str | None = None) -> Arrivals:
-    """Parse a CSV or JSONL trace (chosen by extension, else by the first character)."""
+def load_trace(path: str | Path, cost_column: str | None = None, time_unit: str = "auto") -> Arrivals:
+    """Parse a CSV or JSONL trace (chosen by extension, else by the first character); numeric times
+    in `time_unit` ("auto": by their size, see the module's docstring)."""
+    clock = _TimeReader(time_unit)
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json"):
@@ -211,8 +250,8 @@ def load_trace(path: str | Path, cost_column: str | None = None) -> Arrivals:
     if jsonl:
         if cost_column is not None:
             raise TraceError(f"{p}: --cost-column applies to CSV traces; JSONL lines carry their own 'cost'")
-        return _load_jsonl(p)
-    return _load_csv(p, cost_column)
+        return _load_jsonl(p, clock)
+    return _load_csv(p, cost_column, clock)
 
 
 ScaleMode = Literal["independent", "duplicate"]

@@ -86,6 +86,20 @@ def test_a_csv_trace_from_a_spreadsheet_reads_as_written(tmp_path: Path) -> None
         assert (read.times, read.costs) == (want.times, want.costs) == ([0.0, 1.5], [1.0, 1.0])
 
 
+def test_date_times_without_an_offset_are_utc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # New York moves its clocks from 02:00 to 03:00 on 2024-03-10: read as local time, a naive
+    # 01:59:59 -> 03:00:01 would be 2 s apart, not the hour and 2 s the trace wrote.
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        p = tmp_path / "dst.csv"
+        p.write_text("TIMESTAMP\n2024-03-10 01:59:59\n2024-03-10 03:00:01\n")
+        assert load_trace(p).times == [0.0, 3602.0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert replay_main(["--trace", str(tmp_path / "missing.csv"), "--url", "http://127.0.0.1:9"]) == 2
     assert "no such file" in capsys.readouterr().err
@@ -160,6 +174,24 @@ def test_achieved_rate_matches_the_trace_at_modest_load(server_url: str) -> None
     assert summary["p99_ms"] is not None and summary["p99_ms"] < 2000
     assert sum(x["ok"] for x in intervals) == summary["ok"]
     assert all({"trace_rate", "achieved_rate", "p50_ms", "p99_ms"} <= set(x) for x in intervals)
+
+
+@pytest.mark.servers
+def test_cli_reads_epoch_milliseconds_and_says_so(
+    server_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Twenty requests 10 ms apart, written in epoch milliseconds: sent within seconds (read as
+    seconds they would take over three minutes), with a note naming the unit it picked."""
+    trace = tmp_path / "ms.csv"
+    trace.write_text("TIMESTAMP\n" + "".join(f"{1_709_251_200_000 + 10 * i}\n" for i in range(20)))
+    started = time.monotonic()
+    assert replay_main(["--trace", str(trace), "--url", server_url + "/v1/rank"]) == 0
+    assert time.monotonic() - started < 60
+    out, err = capsys.readouterr()
+    assert json.loads(out.splitlines()[-1])["ok"] == 20
+    assert "numeric time stamps read as epoch milliseconds (by their size; --time-unit s" in err
+    assert replay_main(["--trace", str(trace), "--url", server_url + "/v1/rank", "--time-unit", "ms"]) == 0
+    assert "note:" not in capsys.readouterr().err
 
 
 @pytest.mark.servers

@@ -15,7 +15,9 @@ import sys
 
 from ..argtypes import positive_float, positive_int
 from .runner import ReplayConfig, replay
-from .trace import TraceError, load_trace
+from .trace import TIME_UNITS, TraceError, load_trace
+
+UNIT_NAMES = {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,6 +36,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_float, default=10.0, help="per-request timeout, seconds")
     p.add_argument("--interval", type=positive_float, default=1.0, help="reporting interval, seconds")
     p.add_argument("--cost-column", default=None, help="CSV column that weights requests (e.g. ContextTokens)")
+    p.add_argument(
+        "--time-unit",
+        choices=("auto", *TIME_UNITS),
+        default="auto",
+        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
+    )
     p.add_argument("--candidates", type=positive_int, default=64, help="candidates of a request of average cost")
     p.add_argument("--max-candidates", type=positive_int, default=2048)
     p.add_argument(
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: give --trace (a load replay) or --labelled (scored requests)", file=sys.stderr)
         return 2
     try:
-        arrivals = load_trace(args.trace, args.cost_column)
+        arrivals = load_trace(args.trace, args.cost_column, args.time_unit)
         template = None
         if args.body:
             with open(args.body) as f:
@@ -60,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     except (TraceError, OSError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.time_unit == "auto" and arrivals.time_unit not in (None, "s"):
+        print(
+            f"note: {args.trace}: numeric time stamps read as epoch {UNIT_NAMES[arrivals.time_unit]} "
+            "(by their size; --time-unit s reads them as seconds)",
+            file=sys.stderr,
+        )
     cfg = ReplayConfig(
         url=args.url,
         speedup=args.speedup,

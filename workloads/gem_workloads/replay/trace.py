@@ -1,11 +1,16 @@
 """Trace files (the formats ``gemop replay`` reads), as request arrivals with a cost.
 
-- CSV with a ``TIMESTAMP`` column (a date-time like ``2023-11-16 18:17:03.97996``, or seconds),
+- CSV with a ``TIMESTAMP`` column (a date-time like ``2023-11-16 18:17:03.97996``, or a number),
   one row per request; ``cost_column`` weights each request by that numeric column, normalised
   to mean 1.
 - JSONL, one object per line: ``{"t": seconds, "cost": number}``; optional ``"count"`` is the
   number of requests the line stands for (default 1; ``cost`` defaults to ``count`` and is spread
   evenly over them).
+
+Numeric times are seconds, unless too large to be: from 1e11 on (past the year 5138 as seconds)
+epoch milliseconds, from 1e14 microseconds, from 1e17 nanoseconds, judged on the file's first
+time (``time_unit="auto"``; ``--time-unit`` names the unit instead), as ``gemop replay`` reads
+them. Date-times without an offset are UTC, so a daylight-saving change never bends the time axis.
 
 Errors name the file, the line and the column.
 """
@@ -16,7 +21,7 @@ import csv
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +37,7 @@ class TraceError(ValueError):
 class Arrivals:
     times: list[float]  # seconds since the first request, ascending
     costs: list[float]  # mean 1
+    time_unit: str | None = None  # what numeric times were read as ("s", "ms", ...); None: date-times
 
     def __len__(self) -> int:
         return len(self.times)
@@ -42,24 +48,59 @@ class Arrivals:
 MAX_ARRIVALS = 20_000_000
 
 
-def _time(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        pass
-    else:
-        if math.isfinite(value):
-            return value
-        raise ValueError(f"not a finite time: {raw!r}")
-    text = raw.strip()
-    # Python's parser takes at most 6 fractional digits; the Azure traces carry 7.
+# Seconds per unit of a numeric time.
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def numeric_time_unit(first: float) -> str:
+    """The unit of a file's numeric times, from the size of its first: seconds up to 1e11 (the
+    year 5138), then epoch milliseconds, microseconds (1e14) and nanoseconds (1e17)."""
+    for bound, unit in ((1e17, "ns"), (1e14, "us"), (1e11, "ms")):
+        if abs(first) >= bound:
+            return unit
+    return "s"
+
+
+class _Clock:
+    """Parses a file's times: date-times to epoch seconds, numbers in the file's unit (given, or
+    picked by ``numeric_time_unit`` from the first number read)."""
+
+    def __init__(self, time_unit: str) -> None:
+        if time_unit != "auto" and time_unit not in TIME_UNITS:
+            raise TraceError(f"--time-unit must be auto or one of {', '.join(TIME_UNITS)}, got {time_unit!r}")
+        self.unit: str | None = None if time_unit == "auto" else time_unit
+
+    def number(self, value: float) -> float:
+        if self.unit is None:
+            self.unit = numeric_time_unit(value)
+        return value * TIME_UNITS[self.unit]
+
+    def parse(self, raw: str) -> float:
+        text = raw.strip()
+        try:
+            value = float(text)
+        except ValueError:
+            return _datetime(text)
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite time: {raw!r}")
+        return self.number(value)
+
+
+def _datetime(text: str) -> float:
+    # Python's parser takes at most 6 fractional digits (the Azure traces carry 7); what follows
+    # the digits (an offset, "Z") is kept.
     if "." in text:
         head, frac = text.rsplit(".", 1)
-        text = f"{head}.{frac[:6]}"
-    return datetime.fromisoformat(text).timestamp()
+        digits = frac[: len(frac) - len(frac.lstrip("0123456789"))]  # the leading run, not an offset's
+        rest = frac[len(digits) :]
+        text = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
 
 
-def _normalise(times: list[float], costs: list[float], path: Path) -> Arrivals:
+def _normalise(times: list[float], costs: list[float], path: Path, time_unit: str | None) -> Arrivals:
     if not times:
         raise TraceError(f"{path}: no requests in the trace")
     order = sorted(range(len(times)), key=times.__getitem__)
@@ -67,22 +108,22 @@ def _normalise(times: list[float], costs: list[float], path: Path) -> Arrivals:
     mean = sum(c / len(costs) for c in costs)  # divided first: a sum of huge costs would overflow
     if mean <= 0:
         raise TraceError(f"{path}: costs sum to zero; cannot weight requests by them")
-    return Arrivals([times[i] - t0 for i in order], [costs[i] / mean for i in order])
+    return Arrivals([times[i] - t0 for i in order], [costs[i] / mean for i in order], time_unit)
 
 
-def load_csv(path: Path, cost_column: str | None = None) -> Arrivals:
+def load_csv(path: Path, cost_column: str | None = None, time_unit: str = "auto") -> Arrivals:
     # -sig: a spreadsheet's byte-order mark is not part of the first column's name
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         try:
-            return _read_csv(path, reader, cost_column)
+            return _read_csv(path, reader, cost_column, _Clock(time_unit))
         except UnicodeDecodeError as exc:
             raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
         except csv.Error as exc:  # e.g. a field past the csv module's size limit
             raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
 
 
-def _read_csv(path: Path, reader: Reader, cost_column: str | None) -> Arrivals:
+def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _Clock) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     try:
@@ -102,7 +143,7 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None) -> Arrivals:
         if not row:
             continue
         try:
-            times.append(_time(row[t_idx]))
+            times.append(clock.parse(row[t_idx]))
         except (ValueError, IndexError):
             bad = row[t_idx] if t_idx < len(row) else ""
             raise TraceError(f"{path}: line {line}, column TIMESTAMP: cannot parse {bad!r} as a time") from None
@@ -116,17 +157,17 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None) -> Arrivals:
         if not math.isfinite(value) or value < 0:
             raise TraceError(f"{path}: line {line}, column {cost_column}: cost must be >= 0, got {value}")
         costs.append(value)
-    return _normalise(times, costs, path)
+    return _normalise(times, costs, path, clock.unit)
 
 
-def load_jsonl(path: Path) -> Arrivals:
+def load_jsonl(path: Path, time_unit: str = "auto") -> Arrivals:
     try:
-        return _read_jsonl(path)
+        return _read_jsonl(path, _Clock(time_unit))
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a JSONL trace?") from None
 
 
-def _read_jsonl(path: Path) -> Arrivals:
+def _read_jsonl(path: Path, clock: _Clock) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     with path.open(encoding="utf-8") as f:
@@ -156,16 +197,17 @@ def _read_jsonl(path: Path) -> Arrivals:
                     f"{path}: line {line}: the counts add up to more than {MAX_ARRIVALS:,} requests, more than "
                     "one replayer sends; cut the trace or divide its counts"
                 )
+            t = clock.number(values["t"])
             for _ in range(int(count)):
-                times.append(values["t"])
+                times.append(t)
                 costs.append(cost / count)
-    return _normalise(times, costs, path)
+    return _normalise(times, costs, path, clock.unit)
 
 
-def load_trace(path: str | Path, cost_column: str | None = None) -> Arrivals:
+def load_trace(path: str | Path, cost_column: str | None = None, time_unit: str = "auto") -> Arrivals:
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file")
     if p.suffix in (".jsonl", ".ndjson"):
-        return load_jsonl(p)
-    return load_csv(p, cost_column)
+        return load_jsonl(p, time_unit)
+    return load_csv(p, cost_column, time_unit)
