@@ -57,6 +57,12 @@ def test_sources_are_rendered_as_a_data_spec_with_prefixed_credentials() -> None
     assert json.loads(kids.config["data"]["config.json"])["data"] == "sources"
 
 
+def test_a_timestamp_unit_reaches_the_trainer_and_auto_leaves_the_block_as_it_was() -> None:
+    kids = render_training(OWNER, spec({"sources": [{**FEED, "timestampUnit": "ms"}], "sequences": [BUYS]}))
+    block = json.loads(kids.config["data"][DATA_SPEC_KEY])
+    assert block["sources"][0]["timestampUnit"] == "ms" and "timestampUnit" not in block["sequences"][0]
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -67,6 +73,7 @@ def test_sources_are_rendered_as_a_data_spec_with_prefixed_credentials() -> None
         ({"sources": [{**FEED, "domain": "surface"}]}, "domains"),
         ({"sources": [{**FEED, "sparse": []}]}, "sparse"),
         ({"sources": [{**FEED, "uri": "ftp://x"}]}, "uri"),
+        ({"sources": [{**FEED, "timestampUnit": "minutes"}]}, "timestampUnit"),
         ("synthetic", "data"),
     ],
 )

@@ -40,7 +40,15 @@ class _Dataset(ApiModel):
         description="Secret with object-store credentials (AWS_* or GOOGLE_* keys), given to the trainer through "
         "envFrom with the prefix GEM_DATA_<NAME>_ (so sources in different accounts keep their own keys).",
     )
-    timestamp: str = _column("timestamp", "Column of the event time (a timestamp, or seconds since the epoch).")
+    timestamp: str = _column(
+        "timestamp", "Column of the event time (a timestamp, or a number: seconds since the epoch, see timestampUnit)."
+    )
+    timestamp_unit: Literal["auto", "s", "ms", "us", "ns"] = Field(
+        default="auto",
+        description="Unit of a numeric timestamp column. auto: seconds, except values from 1e11 on (past the year "
+        "5138 as seconds), read as epoch milliseconds, from 1e14 microseconds, from 1e17 nanoseconds. Set it for "
+        "times counted from another origin, e.g. ms since the log began.",
+    )
     user: str = _column("user_id", "Column of the user id (integers).")
 
 
@@ -148,6 +156,10 @@ class TrainingData(ApiModel):
         for key in ("sources", "sequences"):
             for item in wire.get(key, []):
                 item.pop("credentialsSecretRef", None)
+                if (
+                    item.get("timestampUnit") == "auto"
+                ):  # the trainer's default: the ConfigMap of a spec without it stays as it was
+                    del item["timestampUnit"]
         wire.pop("builtin", None)
         return wire
 

@@ -142,3 +142,34 @@ def test_histories_join_into_batches_and_each_source_has_its_own_encoder(spec_an
         block.sequence[feature_name("buys", "ad_id")].values[buys_events] += 17
         assert not torch.allclose(model(collate(block, schema)), base)
     assert len(model.sequence_input.events.encoders) == 2
+
+
+def test_examples_in_epoch_milliseconds_see_only_earlier_events(tmp_path: Path) -> None:
+    """Examples timed in int64 epoch milliseconds, events in epoch seconds: a history holds only the
+    events before each example. Read as seconds, every example came after every event (year
+    55,000), and each history held the user's future purchases: labels leaking into features."""
+    epoch = 1_709_251_200
+    buys = tmp_path / "buys"
+    write_events(
+        buys, np.array([1, 1, 1]), np.array([epoch + 100, epoch + 300, epoch + 500]), ad_id=np.array([11, 33, 55])
+    )
+    ex = tmp_path / "examples"
+    ex.mkdir()
+    when = np.array([epoch + 200, epoch + 400], dtype=np.int64) * 1000
+    pq.write_table(
+        pa.table({"ts": when, "user_id": [1, 1], "ad_id": [3, 4], "clicked": [True, False]}), ex / "part-0.parquet"
+    )
+    spec = parse_data_spec(
+        {
+            "sources": [
+                {"name": "feed", "uri": str(ex), "timestamp": "ts", "sparse": ["ad_id"], "labels": {"ctr": "clicked"}}
+            ],
+            "sequences": [{"name": "buys", "uri": str(buys), "timestamp": "ts", "features": ["ad_id"]}],
+        }
+    )
+    examples, sequences = open_streams(spec, 0, 1)
+    chunk = examples[0].read_unit(0)
+    assert chunk.time.tolist() == [epoch + 200, epoch + 400]
+    got = SequenceHistory(spec.sequences, sequences).lookup(np.array([1, 1]), chunk.time, L)
+    seq = got[feature_name("buys", "ad_id")]
+    assert seq.lengths.tolist() == [1, 2] and seq.values.tolist() == [11, 11, 33]

@@ -65,6 +65,8 @@ def ads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_spec_errors_name_the_field() -> None:
     good = source(Path("/data/feed"))
     assert parse_data_spec({"sources": [good]}).domains == ("feed",)
+    units = parse_data_spec({"sources": [{**good, "timestampUnit": "ms"}]}).sources[0].timestamp_unit
+    assert units == "ms" and parse_data_spec({"sources": [good]}).sources[0].timestamp_unit == "auto"
     cases = [
         ({"sources": []}, "data.sources"),
         ({"sources": [{**good, "labels": {}}]}, "data.sources[0].labels"),
@@ -73,6 +75,11 @@ def test_spec_errors_name_the_field() -> None:
         ({"sources": [{**good, "domain": "surface"}]}, "data.sources[0].domain"),
         ({"sources": [good], "sequences": [{"name": "p", "uri": "/p", "features": []}]}, "data.sequences[0].features"),
         ({"sources": [good, good]}, "unique"),
+        ({"sources": [{**good, "timestampUnit": "minutes"}]}, "data.sources[0].timestampUnit"),
+        (
+            {"sources": [good], "sequences": [{"name": "p", "uri": "/p", "features": ["x"], "timestampUnit": 1000}]},
+            "data.sequences[0].timestampUnit",
+        ),
     ]
     for raw, field in cases:
         with pytest.raises(DataSpecError, match=field.replace("[", r"\[").replace("]", r"\]")):
@@ -240,6 +247,44 @@ def test_sources_interleave_by_event_time_with_weights(tmp_path: Path) -> None:
     source_of = np.concatenate([r.source for r in rows])
     share_b = float((source_of == 1).mean())
     assert 0.27 < share_b < 0.40, share_b  # 0.5 : 1 weights -> one third, by the position hash
+
+
+def test_numeric_times_in_any_unit_interleave_with_timestamps(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Four sources of the same 600 seconds, their times written as a timestamp type, epoch seconds,
+    epoch milliseconds and epoch nanoseconds: merged in true time order. Read as seconds, the
+    milliseconds and nanoseconds sources sorted after every other row (years 55,000 and later)."""
+    epoch = 1_709_251_200
+    seconds = np.sort(np.random.default_rng(1).random(600)) * 600 + epoch
+    written = {
+        "stamp": pa.array((seconds * 1e6).astype(np.int64), type=pa.timestamp("us", tz="UTC")),
+        "secs": seconds,
+        "millis": (seconds * 1e3).astype(np.int64),
+        "nanos": (seconds * 1e9).astype(np.int64),
+    }
+    for name, ts in written.items():
+        write(tmp_path / name, 600, row_group=64, ts=ts)
+    spec = parse_data_spec({"sources": [source(tmp_path / name, name=name) for name in written]})
+    with caplog.at_level(logging.INFO, logger="gem_workloads.data"):
+        mixer = TimeMixer(spec, open_streams(spec, 0, 1)[0])
+        rows = [mixer.take(100) for _ in range(20)]
+    times = np.concatenate([r.time for r in rows])
+    assert np.all(np.diff(times) >= 0) and times[0] >= epoch and times[-1] < epoch + 600
+    source_of = np.concatenate([r.source for r in rows])
+    assert all(0.15 < float((source_of == k).mean()) < 0.35 for k in range(4))  # the four interleave
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "data source 'millis': numbers in time column 'ts' read as epoch milliseconds by their size" in said
+    assert "'nanos': numbers in time column 'ts' read as epoch nanoseconds" in said
+    assert "'secs'" not in said and "'stamp'" not in said
+
+
+def test_a_timestamp_unit_reads_times_counted_from_another_origin(tmp_path: Path) -> None:
+    """Milliseconds since the log began are too small for auto to tell from seconds: the spec says."""
+    write(tmp_path / "rel", 100, row_group=128, ts=np.arange(100, dtype=np.int64) * 250)  # every 250 ms
+    as_seconds, as_millis = (
+        open_streams(parse_data_spec({"sources": [source(tmp_path / "rel", **unit)]}), 0, 1)[0][0].read_unit(0).time
+        for unit in ({}, {"timestampUnit": "ms"})
+    )
+    assert as_seconds[-1] == 99 * 250 and as_millis[-1] == pytest.approx(99 * 0.25)
 
 
 def test_resume_from_state_continues_exactly(ads: dict[str, Any]) -> None:

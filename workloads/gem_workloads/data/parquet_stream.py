@@ -9,6 +9,12 @@ and the mix of a window drifts by tens of points). The price: each rank decodes 
 columns of every row group. Rows of a unit are sorted by time (stable) when read. Memory: the
 columns of one unit at a time (plus what the caller buffers).
 
+Numeric times are seconds since the epoch, or in the source's ``timestampUnit``; by default
+(``auto``) a number from 1e11 on is epoch milliseconds, from 1e14 microseconds and from 1e17
+nanoseconds, each value by its own size (1e11 seconds is the year 5138). Logs often store event
+times as int64 milliseconds; read as seconds they would sort after every source that uses
+seconds, and a sequence source's whole history, future events included, would precede each example.
+
 The read position is ``(epoch, unit, row)`` in that order, counted in raw rows (malformed ones
 included), so it is exact after a restart whatever was skipped. Before anything is read, every
 file's schema is checked: a missing column or a type the model cannot use raises
@@ -33,6 +39,10 @@ from .stores import Location, http_listing, with_retries
 log = logging.getLogger("gem_workloads.data")
 
 KINDS = ("time", "int", "ids", "number", "label", "domain")
+# Seconds per unit of a numeric time column; "auto" picks one per value by its size.
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+TIME_UNIT_CHOICES = ("auto", *TIME_UNITS)
+AUTO_BOUNDS = ((1e17, "ns"), (1e14, "us"), (1e11, "ms"))
 MALFORMED_SAMPLES = 5
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -70,7 +80,7 @@ def _type_ok(kind: str, t: pa.DataType) -> bool:
 
 
 _EXPECTED = {
-    "time": "a timestamp or a number of seconds",
+    "time": "a timestamp, or a number (seconds, or in the timestampUnit)",
     "int": "integers",
     "ids": "integers or lists of integers",
     "number": "numbers",
@@ -136,8 +146,29 @@ class Counters:
             self.samples.append(sample)
 
 
-def time_seconds(arr: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.float64]:
-    """Timestamps as float seconds (nulls as NaN): timestamp/date types converted, numbers taken as seconds."""
+def numbers_as_seconds(values: npt.NDArray[np.float64], unit: str = "auto") -> npt.NDArray[np.float64]:
+    """Numeric times in ``unit`` as seconds; ``auto``: each value by its size (see the module docstring)."""
+    if unit != "auto":
+        return values * TIME_UNITS[unit]
+    size = np.abs(values)
+    scale = np.select([size >= b for b, _ in AUTO_BOUNDS], [TIME_UNITS[u] for _, u in AUTO_BOUNDS], 1.0)
+    return np.asarray(values * scale, dtype=np.float64)
+
+
+def auto_units(values: npt.NDArray[np.float64]) -> list[str]:
+    """The units ``auto`` reads some of ``values`` in, other than seconds (for the log)."""
+    size = np.abs(values[np.isfinite(values)])
+    found, below = [], np.inf
+    for bound, unit in AUTO_BOUNDS:
+        if ((size >= bound) & (size < below)).any():
+            found.append(unit)
+        below = bound
+    return found
+
+
+def time_seconds(arr: pa.ChunkedArray | pa.Array, unit: str = "auto") -> npt.NDArray[np.float64]:
+    """Timestamps as float seconds (nulls as NaN): timestamp/date types converted (they carry their
+    unit), numbers in ``unit`` (``numbers_as_seconds``)."""
     t = arr.type
     if pa.types.is_timestamp(t):
         arr = arr.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64())
@@ -145,8 +176,9 @@ def time_seconds(arr: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.float64]:
     if pa.types.is_date(t):
         arr = arr.cast(pa.date32()).cast(pa.int32())
         return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64) * 86400.0
-    # Unsafe: an integer past 2**53 is still a time (a ns count, or a wrong one the bounds catch), not an error.
-    return np.asarray(arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+    # Unsafe: an integer past 2**53 is still a time (a ns count), not an error.
+    numbers = np.asarray(arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+    return numbers_as_seconds(numbers, unit)
 
 
 class ParquetStream:
@@ -162,10 +194,16 @@ class ParquetStream:
         shard: int = 0,
         shards: int = 1,
         time_range: tuple[float, float] | None = None,
+        time_unit: str = "auto",
     ) -> None:
-        """``time_range`` ``[lo, hi)`` in seconds keeps only rows of that event time (a time-ordered holdout)."""
+        """``time_range`` ``[lo, hi)`` in seconds keeps only rows of that event time (a time-ordered
+        holdout); ``time_unit`` is the unit of a numeric time column (see the module docstring)."""
         if not 0 <= shard < shards:
             raise ValueError(f"shard {shard} outside 0..{shards - 1}")
+        if time_unit not in TIME_UNIT_CHOICES:
+            raise ValueError(f"time unit {time_unit!r} is not one of {', '.join(TIME_UNIT_CHOICES)}")
+        self.time_unit = time_unit
+        self._units_logged: set[str] = set()
         self.source, self.location, self.columns, self.time_column = source, location, columns, time_column
         self.counters = Counters()
         what = f"data source {source!r} at {location.uri}"
@@ -185,7 +223,8 @@ class ParquetStream:
                 raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({exc})") from exc
             check_schema(source, frag.physical_schema, columns, frag.path)
             for rg in frag.row_groups:
-                units.append(Unit(frag.path, rg.id, rg.num_rows, _as_seconds(_column_min(rg.metadata, time_column))))
+                first = _as_seconds(_column_min(rg.metadata, time_column), time_unit)
+                units.append(Unit(frag.path, rg.id, rg.num_rows, first))
         units.sort(key=lambda u: (u.first_time, u.path, u.row_group))
         self.total_rows = sum(u.rows for u in units)
         self.units, self.row_stride = units, (shard, shards)
@@ -207,7 +246,10 @@ class ParquetStream:
         first, step = self.row_stride
         if step > 1:
             table = table.take(pa.array(np.arange(first, table.num_rows, step)))
-        times = time_seconds(table.column(self.time_column))
+        column = table.column(self.time_column)
+        times = time_seconds(column, self.time_unit)
+        if self.time_unit == "auto" and not pa.types.is_temporal(column.type):
+            self._log_units(column)
         order = np.argsort(times, kind="stable")
         table = table.take(pa.array(order))
         times = times[order]
@@ -234,6 +276,19 @@ class ParquetStream:
         table = table.take(pa.array(keep))
         cols = {c: table.column(c).combine_chunks() for c in self.columns}
         return Chunk(index, keep.astype(np.int64), times[keep], cols)
+
+    def _log_units(self, column: pa.ChunkedArray) -> None:
+        numbers = np.asarray(column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+        for unit in auto_units(numbers):
+            if unit not in self._units_logged:  # once per unit and source: a user should see the guess
+                self._units_logged.add(unit)
+                log.info(
+                    "data source %r: numbers in time column %r read as epoch %s by their size (set timestampUnit "
+                    "to say otherwise)",
+                    self.source,
+                    self.time_column,
+                    {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}[unit],
+                )
 
     def _log_malformed(self) -> None:
         c = self.counters
@@ -273,8 +328,9 @@ def _column_min(row_group: pq.RowGroupMetaData, column: str) -> object:
     return None
 
 
-def _as_seconds(value: object) -> float:
-    """A row group's minimum time as seconds (unknown: -inf, so it sorts first and keeps file order)."""
+def _as_seconds(value: object, unit: str = "auto") -> float:
+    """A row group's minimum time as seconds (unknown: -inf, so it sorts first and keeps file order);
+    a number in ``unit``, as the rows are read."""
     if value is None:
         return float("-inf")
     if isinstance(value, datetime):  # naive statistics are UTC, as the int64 values behind them
@@ -282,13 +338,24 @@ def _as_seconds(value: object) -> float:
     if hasattr(value, "toordinal"):
         return float((value.toordinal() - 719163) * 86400)  # date
     try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         return float("-inf")
+    return float(numbers_as_seconds(np.array([number]), unit)[0])
 
 
 def _empty_chunk(index: int) -> Chunk:
     return Chunk(index, np.zeros(0, np.int64), np.zeros(0, np.float64), {})
 
 
-__all__ = ["Chunk", "Counters", "InvalidData", "ParquetStream", "Unit", "check_schema", "time_seconds"]
+__all__ = [
+    "TIME_UNIT_CHOICES",
+    "Chunk",
+    "Counters",
+    "InvalidData",
+    "ParquetStream",
+    "Unit",
+    "check_schema",
+    "numbers_as_seconds",
+    "time_seconds",
+]

@@ -35,6 +35,7 @@ class SourceSpec:
     uri: str
     timestamp: str = "timestamp"
     user: str = "user_id"
+    timestamp_unit: str = "auto"  # of a numeric time column: auto, s, ms, us or ns (see parquet_stream)
     id: str | None = None  # a column naming each example (logged, counted by the resume tests)
     sparse: tuple[str, ...] = ()  # candidate-side id columns (integer or list of integers)
     dense: tuple[str, ...] = ()  # numeric columns
@@ -62,6 +63,7 @@ class SequenceSpec:
     uri: str
     timestamp: str = "timestamp"
     user: str = "user_id"
+    timestamp_unit: str = "auto"
     features: tuple[str, ...] = ()
 
     def columns(self) -> list[str]:
@@ -109,6 +111,19 @@ def _names(raw: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+TIME_UNITS = ("auto", "s", "ms", "us", "ns")
+
+
+def _time_unit(raw: dict[str, Any], where: str) -> str:
+    value = raw.get("timestampUnit", "auto")
+    if value not in TIME_UNITS:
+        raise DataSpecError(
+            f"{where}.timestampUnit: expected one of {', '.join(TIME_UNITS)} (the unit of a numeric time column), "
+            f"got {value!r}"
+        )
+    return str(value)
+
+
 def _common(raw: Any, where: str) -> tuple[str, str]:
     if not isinstance(raw, dict):
         raise DataSpecError(f"{where}: expected a mapping, got {type(raw).__name__}")
@@ -140,6 +155,7 @@ def _source(raw: Any, where: str) -> SourceSpec:
         uri=uri,
         timestamp=_str(raw, "timestamp", where, "timestamp"),
         user=_str(raw, "user", where, "user_id"),
+        timestamp_unit=_time_unit(raw, where),
         id=_str(raw, "id", where) if raw.get("id") is not None else None,
         sparse=_names(raw, "sparse", where),
         dense=_names(raw, "dense", where),
@@ -160,6 +176,7 @@ def _sequence(raw: Any, where: str) -> SequenceSpec:
         uri=uri,
         timestamp=_str(raw, "timestamp", where, "timestamp"),
         user=_str(raw, "user", where, "user_id"),
+        timestamp_unit=_time_unit(raw, where),
         features=features,
     )
 

@@ -68,6 +68,7 @@ def open_streams(
             shard=shard,
             shards=shards,
             time_range=time_range,
+            time_unit=s.timestamp_unit,
         )
         for s in spec.sources
     ]
@@ -77,6 +78,7 @@ def open_streams(
             locate(q.name, q.uri, env),
             {q.timestamp: "time", q.user: "int", **dict.fromkeys(q.features, "int")},
             q.timestamp,
+            time_unit=q.timestamp_unit,
         )
         for q in spec.sequences
     ]
