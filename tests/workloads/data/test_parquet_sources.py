@@ -277,6 +277,19 @@ def test_numeric_times_in_any_unit_interleave_with_timestamps(tmp_path: Path, ca
     assert "'secs'" not in said and "'stamp'" not in said
 
 
+def test_naive_timestamps_beside_zoned_ones_are_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    micros = (np.sort(np.random.default_rng(2).random(100)) * 600 + 1_709_251_200) * 1e6
+    for name, tz in (("naive", None), ("naive2", None), ("utc", "UTC")):
+        write(tmp_path / name, 100, ts=pa.array(micros.astype(np.int64), type=pa.timestamp("us", tz=tz)))
+    warned = "have timestamps without a time zone, read as UTC, beside sources whose times are UTC-based"
+    for names, said in ((["naive", "naive2"], False), (["naive", "utc"], True)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="gem_workloads.data"):
+            open_streams(parse_data_spec({"sources": [source(tmp_path / n, name=n) for n in names]}), 0, 1)
+        assert (warned in caplog.text) is said, caplog.text
+    assert "data sources 'naive' have timestamps without a time zone" in caplog.text and "('utc')" in caplog.text
+
+
 def test_a_timestamp_unit_reads_times_counted_from_another_origin(tmp_path: Path) -> None:
     """Milliseconds since the log began are too small for auto to tell from seconds: the spec says."""
     write(tmp_path / "rel", 100, row_group=128, ts=np.arange(100, dtype=np.int64) * 250)  # every 250 ms

@@ -215,6 +215,7 @@ class ParquetStream:
         if not fragments:
             raise InvalidData(source, time_column, f"cannot be read: no Parquet files under {location.uri}")
         self._fragments = {f.path: f for f in fragments}
+        self.naive_times = False  # a timestamp column without a time zone (read as UTC) in some file
         units: list[Unit] = []
         for frag in fragments:
             try:
@@ -222,6 +223,8 @@ class ParquetStream:
             except pa.ArrowInvalid as exc:
                 raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({exc})") from exc
             check_schema(source, frag.physical_schema, columns, frag.path)
+            time_type = frag.physical_schema.field(time_column).type
+            self.naive_times |= bool(pa.types.is_timestamp(time_type) and time_type.tz is None)
             for rg in frag.row_groups:
                 first = _as_seconds(_column_min(rg.metadata, time_column), time_unit)
                 units.append(Unit(frag.path, rg.id, rg.num_rows, first))
@@ -328,6 +331,22 @@ def _column_min(row_group: pq.RowGroupMetaData, column: str) -> object:
     return None
 
 
+def warn_of_naive_times(streams: list[ParquetStream]) -> None:
+    """Log when some sources' timestamps carry a time zone and others' do not: the naive ones are
+    read as UTC, and if they are local wall-clock times the mix by time and the histories (events
+    strictly before each example) are off by the zone's offset, future events included. Nothing
+    in the files tells the two apart, so this is a warning, not an error."""
+    naive = [s.source for s in streams if s.naive_times]
+    zoned = [s.source for s in streams if not s.naive_times]
+    if naive and zoned:
+        log.warning(
+            "data sources %s have timestamps without a time zone, read as UTC, beside sources whose times are "
+            "UTC-based (%s): if they hold local wall-clock times, convert them to UTC",
+            ", ".join(repr(n) for n in naive),
+            ", ".join(repr(n) for n in zoned),
+        )
+
+
 def _as_seconds(value: object, unit: str = "auto") -> float:
     """A row group's minimum time as seconds (unknown: -inf, so it sorts first and keeps file order);
     a number in ``unit``, as the rows are read."""
@@ -358,4 +377,5 @@ __all__ = [
     "check_schema",
     "numbers_as_seconds",
     "time_seconds",
+    "warn_of_naive_times",
 ]

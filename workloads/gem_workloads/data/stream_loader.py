@@ -27,7 +27,7 @@ import torch
 from ..models.features import SEQUENCE_SOURCE, Batch, CategoricalFeature, FeatureSchema, SequenceGroup, Task
 from .blocks import ExampleBlock, Jagged, collate
 from .histories import SequenceHistory, feature_name
-from .parquet_stream import ParquetStream
+from .parquet_stream import ParquetStream, warn_of_naive_times
 from .spec import DataSpec, SourceSpec
 from .stores import locate
 from .stream_mix import Rows, TimeMixer
@@ -82,6 +82,7 @@ def open_streams(
         )
         for q in spec.sequences
     ]
+    warn_of_naive_times(examples + sequences)
     return examples, sequences
 
 
