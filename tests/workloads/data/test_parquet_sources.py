@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +290,48 @@ def test_naive_timestamps_beside_zoned_ones_are_warned_of(tmp_path: Path, caplog
             open_streams(parse_data_spec({"sources": [source(tmp_path / n, name=n) for n in names]}), 0, 1)
         assert (warned in caplog.text) is said, caplog.text
     assert "data sources 'naive' have timestamps without a time zone" in caplog.text and "('utc')" in caplog.text
+
+
+def test_footers_are_read_several_at_a_time_in_file_order(tmp_path: Path) -> None:
+    """Opening reads every file's footer (a store round trip each) `footer_reads` at a time; what it
+    finds, and the first unreadable file it names, do not depend on how many."""
+    for i in range(40):
+        write(tmp_path / "many", 10, start=i * 10, row_group=4)
+    opened = [
+        ParquetStream("feed", locate("feed", str(tmp_path / "many")), {"ts": "time"}, "ts", footer_reads=n)
+        for n in (1, 32)
+    ]
+    assert [(u.path, u.row_group) for u in opened[0].units] == [(u.path, u.row_group) for u in opened[1].units]
+    assert len(opened[0].units) == 120 and opened[1].total_rows == 400
+    for bad in ("part-000170.parquet", "part-000300.parquet"):
+        (tmp_path / "many" / bad).write_bytes(b"not parquet at all, but long enough to have a footer" * 4)
+    for n in (1, 8):
+        with pytest.raises(InvalidData, match=r"part-000170.parquet is not a readable Parquet file"):
+            ParquetStream("feed", locate("feed", str(tmp_path / "many")), {"ts": "time"}, "ts", footer_reads=n)
+
+
+def test_footer_reads_overlap_up_to_their_bound() -> None:
+    from gem_workloads.data.parquet_stream import _read_footers
+
+    lock, now, most = threading.Lock(), [0], [0]
+
+    class Slow:
+        def __init__(self, i: int) -> None:
+            self.path = f"f{i}"
+
+        def ensure_complete_metadata(self) -> None:
+            with lock:
+                now[0] += 1
+                most[0] = max(most[0], now[0])
+            time.sleep(0.05)
+            with lock:
+                now[0] -= 1
+            if self.path == "f7":
+                raise pa.ArrowInvalid("bad footer")
+
+    errors = _read_footers("test", [Slow(i) for i in range(12)], 4)  # type: ignore[arg-type]
+    assert most[0] == 4
+    assert [i for i, e in enumerate(errors) if e is not None] == [7]
 
 
 def test_a_timestamp_unit_reads_times_counted_from_another_origin(tmp_path: Path) -> None:

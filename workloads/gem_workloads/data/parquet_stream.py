@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -44,6 +45,8 @@ TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 TIME_UNIT_CHOICES = ("auto", *TIME_UNITS)
 AUTO_BOUNDS = ((1e17, "ns"), (1e14, "us"), (1e11, "ms"))
 MALFORMED_SAMPLES = 5
+# Files whose footers are read at once when a source is opened (one store round trip each).
+FOOTER_READS = 32
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -195,9 +198,11 @@ class ParquetStream:
         shards: int = 1,
         time_range: tuple[float, float] | None = None,
         time_unit: str = "auto",
+        footer_reads: int = FOOTER_READS,
     ) -> None:
         """``time_range`` ``[lo, hi)`` in seconds keeps only rows of that event time (a time-ordered
-        holdout); ``time_unit`` is the unit of a numeric time column (see the module docstring)."""
+        holdout); ``time_unit`` is the unit of a numeric time column (see the module docstring);
+        ``footer_reads`` how many files' footers are read at once when the source is opened."""
         if not 0 <= shard < shards:
             raise ValueError(f"shard {shard} outside 0..{shards - 1}")
         if time_unit not in TIME_UNIT_CHOICES:
@@ -217,11 +222,9 @@ class ParquetStream:
         self._fragments = {f.path: f for f in fragments}
         self.naive_times = False  # a timestamp column without a time zone (read as UTC) in some file
         units: list[Unit] = []
-        for frag in fragments:
-            try:
-                with_retries(f"{what} ({frag.path})", frag.ensure_complete_metadata)
-            except pa.ArrowInvalid as exc:
-                raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({exc})") from exc
+        for frag, error in zip(fragments, _read_footers(what, fragments, footer_reads), strict=True):
+            if error is not None:
+                raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({error})") from error
             check_schema(source, frag.physical_schema, columns, frag.path)
             time_type = frag.physical_schema.field(time_column).type
             self.naive_times |= bool(pa.types.is_timestamp(time_type) and time_type.tz is None)
@@ -329,6 +332,25 @@ def _column_min(row_group: pq.RowGroupMetaData, column: str) -> object:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
                 return None
     return None
+
+
+def _read_footers(what: str, fragments: list[pads.ParquetFileFragment], in_flight: int) -> list[pa.ArrowInvalid | None]:
+    """Every file's footer (its schema and row-group statistics), ``in_flight`` files at a time, in
+    the files' order: each is a round trip to the store, so one at a time a source of 10,000 files
+    on S3 (~30 ms a request) took 5 minutes to open, on every rank and every restart. A file that is
+    not Parquet comes back as its error; a store that stays unreachable raises DataUnavailable."""
+
+    def footer(frag: pads.ParquetFileFragment) -> pa.ArrowInvalid | None:
+        try:
+            with_retries(f"{what} ({frag.path})", frag.ensure_complete_metadata)
+        except pa.ArrowInvalid as exc:
+            return exc
+        return None
+
+    if in_flight <= 1 or len(fragments) <= 1:
+        return [footer(f) for f in fragments]
+    with ThreadPoolExecutor(max_workers=min(in_flight, len(fragments)), thread_name_prefix="footers") as pool:
+        return list(pool.map(footer, fragments))
 
 
 def warn_of_naive_times(streams: list[ParquetStream]) -> None:
