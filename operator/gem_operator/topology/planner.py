@@ -43,6 +43,11 @@ Algorithm (all-or-nothing, deterministic, roughly linear in hosts + node ranks):
    step crossing each tier, weighted by link bandwidth), then comes first. Preferred rules that
    the winner could not honour become warnings.
 
+GPU products (``products.py``): where the qualifying hosts carry two ``nvidia.com/gpu.product``
+values or more, the whole algorithm runs once per product and the gang goes to one product (fewest
+warnings, best fit, lowest score, name); only when no product can hold it does it run over all
+hosts, with a warning naming the products it spans.
+
 Default rules (a rule in ``spec.topology.placement`` replaces the default of its dimension): cp
 and ep Preferred within nvlink, pp (each data-parallel replica's pipeline) Preferred within
 block, the embedding sharding group Preferred within nvlink; tp is always inside a host. For a
@@ -75,6 +80,7 @@ from gem_operator.topology.explain import explain_plan, plan_rows
 from gem_operator.topology.gang import _build_items, _gang_levels, _index_levels, _Level
 from gem_operator.topology.packing import _Packer, _PackError
 from gem_operator.topology.placement import PLANNER_NAME, Infeasible, Placement, PlanResult, RankAssignment
+from gem_operator.topology.products import mixed_products_warning, split_by_product
 from gem_operator.topology.tiers import TierSet
 from gem_operator.topology.tiers import resolve as resolve_tiers
 
@@ -225,10 +231,42 @@ def plan_gang(
             details=("create that kueue.x-k8s.io Topology, or set spec.topology.tiers instead",),
         )
     tierset = resolve_tiers(spec, view.hosts, kueue=kueue_levels)
-    result = _plan(spec, view, tierset, exclude_nodes, cost_model, tolerations)
-    if isinstance(result, Placement):
-        return replace(result, tierset=tierset)
-    return result
+    exclude = frozenset(exclude_nodes)
+    qualified = _qualified(spec, view, exclude, tolerations)[0]
+    split = split_by_product(view, (h for h in view.hosts if h.name in qualified))
+    # One GPU product when one can hold the gang (`products.py`): among those that can, the plan
+    # with the fewest warnings, then best fit (the product with the fewest qualifying hosts, so the
+    # larger pool stays whole for larger gangs), then the lowest score, then the product's name.
+    placed = []
+    for product, sub in split:
+        plan = _plan(spec, sub, tierset, exclude, cost_model, tolerations)
+        if isinstance(plan, Placement):
+            room = sum(1 for h in sub.hosts if h.name in qualified)
+            placed.append(((len(plan.warnings), room, round(plan.score, 9), product), plan))
+    if placed:
+        return replace(min(placed, key=lambda kp: kp[0])[1], tierset=tierset)
+    result = _plan(spec, view, tierset, exclude, cost_model, tolerations)
+    if not isinstance(result, Placement):
+        return result
+    if split:
+        hosts = view.by_name()
+        result = replace(result, warnings=(*result.warnings, mixed_products_warning(hosts[n] for n in result.nodes)))
+    return replace(result, tierset=tierset)
+
+
+def _qualified(
+    spec: GEMTrainingSpec, view: ClusterView, exclude: frozenset[str], tolerations: Sequence[Mapping[str, str]]
+) -> tuple[set[str], dict[str, int], int]:
+    """The hosts a pod of the gang may run on (`_qualify`), with the pod template's tolerations,
+    nodeSelector and required node affinity when it has them: the scheduler applies them too."""
+    nproc = spec.nproc_per_node
+    template = spec.workload.pod_template
+    if template is None:
+        return _qualify(view, nproc, exclude, tolerations)
+    tolerations = [*tolerations, *(t.to_wire() for t in template.spec.tolerations)]
+    affinity = template.spec.affinity.node_affinity if template.spec.affinity else None
+    node_selector = template.spec.node_selector
+    return _qualify(view, nproc, exclude, tolerations, lambda h: node_selected(h, node_selector, affinity))
 
 
 def _plan(
@@ -244,18 +282,7 @@ def _plan(
     n_nodes = spec.num_nodes
     exclude = frozenset(exclude_nodes)
     tier_names, labels = tierset.names, tierset.labels
-    template = spec.workload.pod_template
-    if template is not None:
-        # The pods also carry the template's tolerations, nodeSelector and node affinity: plan only
-        # on hosts the scheduler will let them run on.
-        tolerations = [*tolerations, *(t.to_wire() for t in template.spec.tolerations)]
-        affinity = template.spec.affinity.node_affinity if template.spec.affinity else None
-        node_selector = template.spec.node_selector
-        qualified, why, best_short = _qualify(
-            view, nproc, exclude, tolerations, lambda h: node_selected(h, node_selector, affinity)
-        )
-    else:
-        qualified, why, best_short = _qualify(view, nproc, exclude, tolerations)
+    qualified, why, best_short = _qualified(spec, view, exclude, tolerations)
     if len(qualified) < n_nodes:
         skipped = ", ".join(f"{n} {reason}" for reason, n in why.items() if n)
         extra = f" (the fullest of those has {best_short} free)" if why["too few free GPUs"] else ""

@@ -61,7 +61,7 @@ def numeric_time_unit(first: float) -> str:
     return "s"
 
 
-class _Clock:
+class _TimeReader:
     """Parses a file's times: date-times to epoch seconds, numbers in the file's unit (given, or
     picked by ``numeric_time_unit`` from the first number read)."""
 
@@ -116,14 +116,14 @@ def load_csv(path: Path, cost_column: str | None = None, time_unit: str = "auto"
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         try:
-            return _read_csv(path, reader, cost_column, _Clock(time_unit))
+            return _read_csv(path, reader, cost_column, _TimeReader(time_unit))
         except UnicodeDecodeError as exc:
             raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
         except csv.Error as exc:  # e.g. a field past the csv module's size limit
             raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
 
 
-def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _Clock) -> Arrivals:
+def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeReader) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     try:
@@ -162,12 +162,12 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _Clock
 
 def load_jsonl(path: Path, time_unit: str = "auto") -> Arrivals:
     try:
-        return _read_jsonl(path, _Clock(time_unit))
+        return _read_jsonl(path, _TimeReader(time_unit))
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a JSONL trace?") from None
 
 
-def _read_jsonl(path: Path, clock: _Clock) -> Arrivals:
+def _read_jsonl(path: Path, clock: _TimeReader) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     with path.open(encoding="utf-8") as f:
