@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gem_operator.api.training import GEMTrainingSpec
 from gem_operator.topology import ClusterView, HostView, Infeasible, Placement, plan_gang
 from gem_operator.topology.cluster import blocking_taints
+from gem_operator.topology.products import GPU_PRODUCT_LABEL, UNLABELLED, product_of
 
 TIER_LABELS = ("nvidia.com/gpu.clique", "gem.dev/rack", "gem.dev/block", "topology.kubernetes.io/zone")
 DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -22,6 +23,8 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterView, frozenset[str]]:
     gpus = draw(st.sampled_from((4, 8)))
     hosts_per_nvl = draw(st.integers(1, 6))
     hosts_per_rack = hosts_per_nvl * draw(st.integers(1, 3))
+    # GPU products: none labelled, or each host one of two products (or, rarely, unlabelled).
+    products = draw(st.sampled_from(((), ("H100",), ("H100", "A100"), ("H100", "A100", None))))
     hosts = []
     for i in range(n_hosts):
         rack = i // hosts_per_rack
@@ -35,6 +38,9 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterView, frozenset[str]]:
         # Some hosts lose a label: they become domains of their own at that tier.
         if draw(st.integers(0, 9)) == 0:
             labels.pop(draw(st.sampled_from(TIER_LABELS)))
+        product = draw(st.sampled_from(products)) if products else None
+        if product is not None:
+            labels[GPU_PRODUCT_LABEL] = product
         hosts.append(
             HostView(
                 name=f"h{i:02d}",
@@ -118,6 +124,14 @@ def test_planner_invariants(cluster: tuple[ClusterView, frozenset[str]], job: GE
         assert qualifies(by_name[name], nproc, exclude)
     # tp groups never leave a host.
     assert result.cost.groups_split["tp"]["host"] == 0
+    # One GPU product when one can hold the gang; spanning several is said.
+    spanned = {product_of(by_name[n]) for n in result.nodes}
+    mixed = any("no single GPU product can hold the gang" in w for w in result.warnings)
+    event("spans GPU products" if mixed else f"{len(spanned)} GPU product label(s) on the gang")
+    assert mixed == (len(spanned) > 1 and len({product_of(h) for h in usable} - {UNLABELLED}) > 1)
+    per_product = {p: sum(1 for h in usable if product_of(h) == p) for p in {product_of(h) for h in usable}}
+    if not any(r.mode == "Required" for r in job.topology.placement) and max(per_product.values()) >= job.num_nodes:
+        assert len(spanned) == 1 or len(per_product.keys() - {UNLABELLED}) < 2, (spanned, per_product)
     # Coordinates form a bijection with ranks and follow the DeviceMesh convention.
     ranks = result.ranks()
     assert [r.rank for r in ranks] == list(range(job.world_size))
