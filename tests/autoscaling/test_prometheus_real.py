@@ -10,6 +10,7 @@ only; every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import shutil
 import socket
@@ -406,3 +407,99 @@ async def test_latency_histogram_through_the_default_query(tmp_path: Path) -> No
             proc.kill()
             proc.wait(timeout=5)
         log.close()
+
+
+@contextlib.contextmanager
+def scraping(tmp_path: Path, name: str, port: int, target_labels: dict[str, str] | None = None) -> Iterator[str]:
+    """A Prometheus (its URL) scraping 127.0.0.1:`port` every second, the target labelled as given
+    (as Kubernetes service discovery labels a dcgm-exporter pod), honor_labels off (the default)."""
+    labels = f", labels: {{{', '.join(f'{k}: {v}' for k, v in target_labels.items())}}}" if target_labels else ""
+    cfg = tmp_path / f"{name}.yml"
+    cfg.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: dcgm\n"
+        "    scrape_interval: 1s\n"
+        "    scrape_timeout: 1s\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{port}']{labels}}}]\n"
+    )
+    web = free_port()
+    with (tmp_path / f"{name}.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={tmp_path / name}",
+                f"--web.listen-address=127.0.0.1:{web}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield f"http://127.0.0.1:{web}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+async def _scraped(url: str, query: str, within: float = 20.0) -> None:
+    """Wait until `query` (a count) answers > 0: the first scrapes are in."""
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"{url}/api/v1/query", params={"query": query}) as resp:
+                    result = (await resp.json())["data"]["result"]
+            except aiohttp.ClientError:  # not listening yet
+                result = []
+            if result and float(result[0]["value"][1]) > 0:
+                return
+            await asyncio.sleep(0.3)
+    pytest.fail(f"{query} stayed empty for {within}s")
+
+
+async def test_an_empty_reading_says_which_real_cluster_convention_broke(exporter: Exporter, tmp_path: Path) -> None:
+    """The three usual causes of "no samples" on a real cluster, each reproduced with real
+    Prometheus, each named with its fix in the MetricsUnavailable message: the scrape renamed the
+    exporter's pod labels (its target is labelled pod/namespace, honor_labels off), the exporter
+    attributes GPUs to no pod, and no SM series at all. The reading stays unavailable (a hold)."""
+    exporter.set(0.7)
+    dcgm_pod = {"namespace": "gpu-monitoring", "pod": "dcgm-exporter-x7k2p"}
+    with scraping(tmp_path, "renamed", exporter.port, dcgm_pod) as url:
+        await _scraped(url, "count(DCGM_FI_PROF_SM_ACTIVE)")
+        reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
+    assert reading.samples == {} and reading.error is not None
+    assert "its series carry exported_namespace and exported_pod" in reading.error
+    assert reading.error.endswith(
+        "set honor_labels: true on the dcgm-exporter scrape job (honorLabels: true on a ServiceMonitor)"
+    )
+
+    registry = CollectorRegistry()
+    gauge = Gauge("DCGM_FI_PROF_SM_ACTIVE", "SM active, per GPU only.", ["gpu", "Hostname"], registry=registry)
+    for gpu in range(3):
+        gauge.labels(gpu=str(gpu), Hostname="node-1").set(0.7)
+    plain_port = free_port()
+    server, _ = start_http_server(plain_port, addr="127.0.0.1", registry=registry)
+    try:
+        with scraping(tmp_path, "unattributed", plain_port) as url:
+            await _scraped(url, "count(DCGM_FI_PROF_SM_ACTIVE)")
+            reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert reading.error is not None and "none of its 3 DCGM_FI_PROF_SM_ACTIVE series has a pod label" in reading.error
+
+    empty_port = free_port()
+    server, _ = start_http_server(empty_port, addr="127.0.0.1", registry=CollectorRegistry())
+    try:
+        with scraping(tmp_path, "nothing", empty_port) as url:
+            await _scraped(url, "count(up == 1)")
+            reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert reading.error is not None and "Prometheus holds no DCGM_FI_PROF_SM_ACTIVE series at all" in reading.error

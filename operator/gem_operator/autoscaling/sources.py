@@ -37,6 +37,11 @@ DEFAULT_SM_TIMESTAMP_QUERY = (
 )
 
 
+# The default query's series under the names a scrape gives the exporter's own labels when its
+# target already has `namespace`/`pod` labels (Kubernetes service discovery) and honor_labels is off.
+EXPORTED_LABELS_QUERY = 'count(DCGM_FI_PROF_SM_ACTIVE{exported_namespace="$namespace", exported_pod=~"$pods"})'
+
+
 @runtime_checkable
 class MetricSource(Protocol):
     """Per-pod SM active (0-1) for some pods of one namespace."""
@@ -136,10 +141,46 @@ class PrometheusSmActiveSource:
             when = stamp[0] if stamp is not None and math.isfinite(stamp[0]) else eval_time
             samples[pod] = PodSample(value=value, timestamp=when)
         if not samples:
+            why = await self._why_no_samples(session, namespace, pods) if self.query == DEFAULT_SM_QUERY else ""
             return MetricReading.unavailable(
                 f"query returned no samples for {len(wanted)} pods in namespace {namespace!r}: {values_q}"
+                + (f"; {why}" if why else "")
             )
         return MetricReading(samples=samples)
+
+    async def _why_no_samples(self, session: aiohttp.ClientSession, namespace: str, pods: Sequence[str]) -> str:
+        """For the default query, the usual cause of an empty answer on a real cluster, told apart by
+        at most three count queries (only while the reading is empty): the scrape renamed the
+        exporter's pod labels, the exporter attributes no GPU to a pod, or no series exist. "" when
+        none applies (the pods' series are not there yet, say) or Prometheus does not answer."""
+        endpoint = f"{self.url}/api/v1/query"
+
+        async def count(query: str) -> float:
+            body = await instant_query(session, endpoint, render_query(query, namespace, pods), self.timeout_seconds)
+            return _scalar(body, endpoint) or 0.0
+
+        try:
+            if await count(EXPORTED_LABELS_QUERY) > 0:
+                return (
+                    "its series carry exported_namespace and exported_pod: the scrape renamed the exporter's "
+                    "namespace and pod labels because its target has labels of those names; set honor_labels: "
+                    "true on the dcgm-exporter scrape job (honorLabels: true on a ServiceMonitor)"
+                )
+            total = await count("count(DCGM_FI_PROF_SM_ACTIVE)")
+            if total == 0:
+                return (
+                    "Prometheus holds no DCGM_FI_PROF_SM_ACTIVE series at all: is dcgm-exporter scraped, with the "
+                    "DCP profiling fields on? (docs/dcgm-exporter.md)"
+                )
+            if await count('count(DCGM_FI_PROF_SM_ACTIVE{pod!=""})') == 0:
+                return (
+                    f"none of its {total:.0f} DCGM_FI_PROF_SM_ACTIVE series has a pod label: the exporter does not "
+                    "attribute GPUs to pods (DCGM_EXPORTER_KUBERNETES=true and /var/lib/kubelet/pod-resources "
+                    "mounted; docs/dcgm-exporter.md)"
+                )
+        except PrometheusError:
+            pass
+        return ""
 
     async def _query(self, session: aiohttp.ClientSession, query: str) -> dict[str, tuple[float, float]]:
         """pod -> (value, evaluation time). Raises PrometheusError on any failure."""
