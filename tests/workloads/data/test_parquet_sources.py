@@ -133,6 +133,18 @@ def test_malformed_rows_are_counted_skipped_and_sampled(tmp_path: Path, caplog: 
     )
 
 
+def test_an_infinite_time_is_a_malformed_row(tmp_path: Path) -> None:
+    """An infinite event time sorted after every other and, as an example, took every event of its
+    user as history; it orders nothing, as a null time does not."""
+    ts = np.arange(100, dtype=np.float64) + 1_709_251_200
+    ts[[5, 50]] = [np.inf, -np.inf]
+    write(tmp_path / "feed", 100, row_group=128, ts=ts)
+    stream = open_streams(parse_data_spec({"sources": [source(tmp_path / "feed")]}), 0, 1)[0][0]
+    chunk = stream.read_unit(0)
+    assert len(chunk.time) == 98 and np.isfinite(chunk.time).all()
+    assert stream.counters.malformed == 2
+
+
 def test_a_dense_value_past_float32_is_malformed_as_an_infinity_is(tmp_path: Path) -> None:
     """The model reads float32: 1e300 is finite in the file but an infinity in the batch."""
     n = 100

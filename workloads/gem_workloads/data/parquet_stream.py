@@ -259,7 +259,7 @@ class ParquetStream:
         order = np.argsort(times, kind="stable")
         table = table.take(pa.array(order))
         times = times[order]
-        bad = np.isnan(times)
+        bad = ~np.isfinite(times)  # a null time is NaN; an infinite one orders nothing either
         for column, kind in self.columns.items():
             col = table.column(column).combine_chunks()
             if kind in ("time", "int", "domain", "ids") and col.null_count:
