@@ -421,6 +421,14 @@ def test_the_ceiling_is_named_where_it_explains_the_slo_minutes(tmp_path: Path, 
     assert capped.results[POLICY].ceiling_violation_minutes > 0
     assert "raise --cluster-gpus to let it scale" in capped.to_table()
 
+    # Pods without GPUs: the cluster's GPUs cap nothing (this divided by zero).
+    cpu = tmp_path / "cpu.yaml"
+    cpu.write_text(
+        SERVICE_YAML.replace("gpusPerReplica: 1", "gpusPerReplica: 0").replace("maxReplicas: 40", "maxReplicas: 4")
+    )
+    cpu_report = run_replay(step_trace(tmp_path), cpu, cluster_gpus=3)
+    assert (cpu_report.ceiling_replicas, cpu_report.ceiling_source) == (4, "spec.autoscaling.maxReplicas")
+
 
 def test_main_json_table_and_plot(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = step_trace(tmp_path)

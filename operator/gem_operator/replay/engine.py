@@ -270,10 +270,11 @@ def simulate(
     rps_window = max(1, round(rps_window_seconds)) if rps_window_seconds else sync_every
 
     # The most replicas an autoscaled pool may hold: maxReplicas, or fewer where the cluster's GPUs
-    # run out first. Violation minutes spent there are the ceiling's, not the policy's, and a user
-    # replaying their own trace needs to be told so (static peak is not capped).
+    # run out first (pods without GPUs never do). Violation minutes spent there are the ceiling's,
+    # not the policy's, and a user replaying their own trace needs to be told so (static peak is
+    # not capped).
     ceiling, ceiling_source = a.max_replicas, "spec.autoscaling.maxReplicas"
-    if cluster_gpus is not None and max(a.min_replicas, cluster_gpus // gpus) < ceiling:
+    if cluster_gpus is not None and gpus > 0 and max(a.min_replicas, cluster_gpus // gpus) < ceiling:
         ceiling = max(a.min_replicas, cluster_gpus // gpus)
         ceiling_source = f"--cluster-gpus {cluster_gpus} at gpusPerReplica {gpus}"
 
