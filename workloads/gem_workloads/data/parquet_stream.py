@@ -286,14 +286,15 @@ class ParquetStream:
     def _log_units(self, column: pa.ChunkedArray) -> None:
         numbers = np.asarray(column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
         for unit in auto_units(numbers):
-            if unit not in self._units_logged:  # once per unit and source: a user should see the guess
+            if unit not in self._units_logged:  # once per unit and source: a guess the user should see
                 self._units_logged.add(unit)
-                log.info(
-                    "data source %r: numbers in time column %r read as epoch %s by their size (set timestampUnit "
-                    "to say otherwise)",
+                log.warning(
+                    "data source %r: numbers in time column %r read as epoch %s by their size (timestampUnit: "
+                    "%s says so and silences this)",
                     self.source,
                     self.time_column,
                     {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}[unit],
+                    unit,
                 )
 
     def _log_malformed(self) -> None:
