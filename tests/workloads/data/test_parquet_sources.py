@@ -345,6 +345,22 @@ def test_footer_reads_overlap_up_to_their_bound() -> None:
     assert most[0] == 4
     assert [i for i, e in enumerate(errors) if e is not None] == [7]
 
+    # A store that stays unreachable: the first file's error is raised, and the files not yet
+    # started are dropped rather than each retried in turn.
+    started: list[str] = []
+
+    class Gone(Slow):
+        def ensure_complete_metadata(self) -> None:
+            with lock:
+                started.append(self.path)
+            time.sleep(0.02)
+            if self.path == "f0":
+                raise DataUnavailable("test (f0): unreachable after 1 attempts")
+
+    with pytest.raises(DataUnavailable, match="f0"):
+        _read_footers("test", [Gone(i) for i in range(200)], 4)  # type: ignore[arg-type]
+    assert len(started) < 50, len(started)
+
 
 def test_a_timestamp_unit_reads_times_counted_from_another_origin(tmp_path: Path) -> None:
     """Milliseconds since the log began are too small for auto to tell from seconds: the spec says."""

@@ -351,6 +351,8 @@ def _read_footers(what: str, fragments: list[pads.ParquetFileFragment], in_fligh
     if in_flight <= 1 or len(fragments) <= 1:
         return [footer(f) for f in fragments]
     with ThreadPoolExecutor(max_workers=min(in_flight, len(fragments)), thread_name_prefix="footers") as pool:
+        # map raises the first file's error in order and cancels the files not started: a store
+        # that went away is reported after one file's retries, not after every file's.
         return list(pool.map(footer, fragments))
 
 
