@@ -115,39 +115,8 @@ def exporter() -> Iterator[Exporter]:
 
 @pytest.fixture
 def prometheus(tmp_path: Path, exporter: Exporter) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: dcgm\n"
-        "    scrape_interval: 1s\n"
-        "    scrape_timeout: 1s\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]\n"
-    )
-    log = (tmp_path / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=1h",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}", proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        log.close()
+    with scraping(tmp_path, "prometheus", [(exporter.port, None)]) as running:
+        yield running
 
 
 async def wait_for(read: PrometheusSmActiveSource, check: object, within: float = 20.0) -> MetricReading:
@@ -290,35 +259,6 @@ async def test_queue_signal_through_real_prometheus(
     assert held.condition(METRICS_UNAVAILABLE).status == "False"
 
 
-def _start_prometheus(tmp_path: Path, targets: list[tuple[int, str]]) -> tuple[str, subprocess.Popen[bytes], Any]:
-    """Prometheus scraping each (port, pod) every second, labelled like Kubernetes SD would label it."""
-    port = free_port()
-    jobs = "".join(
-        f"      - targets: ['127.0.0.1:{p}']\n        labels: {{namespace: {NS}, pod: {pod}}}\n" for p, pod in targets
-    )
-    cfg = tmp_path / "prometheus-latency.yml"
-    cfg.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: ranker\n"
-        "    scrape_interval: 1s\n"
-        "    scrape_timeout: 1s\n"
-        "    static_configs:\n" + jobs
-    )
-    log = (tmp_path / "prometheus-latency.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb-latency'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    return f"http://127.0.0.1:{port}", proc, log
-
-
 async def test_latency_histogram_through_the_default_query(tmp_path: Path) -> None:
     """The ranking server's own histogram (ServerMetrics), scraped by real Prometheus, read by the default
     `metrics.latency.query`: p99 as histogram_quantile interpolates it; over the SLO it cuts the SM target and
@@ -346,82 +286,83 @@ async def test_latency_histogram_through_the_default_query(tmp_path: Path) -> No
                 m.request_seconds.observe(0.080)
 
     threading.Thread(target=traffic, daemon=True).start()
-    url, proc, log = _start_prometheus(tmp_path, [(p, pod) for (p, _), pod in zip(exporters, PODS[:2], strict=True)])
-    try:
-        spec = RankingServiceSpec.model_validate(
-            {
-                "model": {"uri": "s3://m/x"},
-                "slo": {"p99LatencyMs": 40},
-                "autoscaling": {
-                    "targetSmActive": 0.6,
-                    "stabilizationSeconds": {"down": 0},
-                    "metrics": {"prometheus": {"url": url}, "staleAfterSeconds": 10},
-                },
-            }
-        )
-        a = spec.autoscaling
-        source = PrometheusLatencySource.from_spec(a.metrics.prometheus, a.metrics.latency, timeout_seconds=2)
-        deadline = time.monotonic() + 30
-        reading = LatencyReading.unavailable("not read yet")
-        while time.monotonic() < deadline:
-            reading = await source.read_latency(NS, PODS[:2])
-            if reading.p99_ms is not None:
-                break
-            await asyncio.sleep(0.5)
-        assert reading.p99_ms == pytest.approx(95.0, abs=1.0), reading
-        assert reading.timestamp is not None and abs(time.time() - reading.timestamp) < 5
-
-        # Idle-looking pods (SM 0.1) would scale down; the p99 over the SLO cuts the target and holds them.
-        # The SLO loop moves on a p99 that has been above its band for a whole window of a quiet pool:
-        # the state says so; the cut is the loop's largest (error clamped at log 1.5, P + I gains 0.3).
-        pods = [PodState(p, ready=True) for p in PODS[:2]]
-        sm = MetricReading(samples={p: PodSample(0.1, time.time()) for p in PODS[:2]})
-        now = time.time()
-        obs = Observation(current_replicas=2, pods=pods, metrics=sm, latency=reading)
-        before = ScalerState(slo_quiet_since=now - 120, slo_outside=(now - 120, math.log(2.0)))
-        d = desired_replicas(a, before, obs, now, slo_p99_ms=spec.slo.p99_latency_ms)
-        cut = 0.6 * math.exp(-0.6 * math.log(1.5))
-        assert d.effective_target == pytest.approx(cut) and d.p99_ms == pytest.approx(reading.p99_ms)
-        assert d.desired_replicas == 2 and d.condition(SCALING_LIMITED).reason == "LatencyOverSlo"
-
-        # The servers stop being scraped: the histogram's series go stale; latency unavailable, not low.
-        stop.set()
-        for _, httpd in exporters:
-            httpd.shutdown()
-            httpd.server_close()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            reading = await source.read_latency(NS, PODS[:2])
-            if reading.error is not None:
-                break
-            await asyncio.sleep(0.5)
-        assert reading.p99_ms is None and "no fresh series" in (reading.error or "")
-        held = desired_replicas(a, d.state, Observation(2, pods, sm, latency=reading), time.time(), slo_p99_ms=40)
-        assert held.effective_target == pytest.approx(cut)  # learned value kept, not reset by missing data
-    finally:
-        stop.set()
-        proc.terminate()
+    targets = [(p, {"namespace": NS, "pod": pod}) for (p, _), pod in zip(exporters, PODS[:2], strict=True)]
+    with scraping(tmp_path, "prometheus-latency", targets, job="ranker") as (url, _):
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        log.close()
+            spec = RankingServiceSpec.model_validate(
+                {
+                    "model": {"uri": "s3://m/x"},
+                    "slo": {"p99LatencyMs": 40},
+                    "autoscaling": {
+                        "targetSmActive": 0.6,
+                        "stabilizationSeconds": {"down": 0},
+                        "metrics": {"prometheus": {"url": url}, "staleAfterSeconds": 10},
+                    },
+                }
+            )
+            a = spec.autoscaling
+            source = PrometheusLatencySource.from_spec(a.metrics.prometheus, a.metrics.latency, timeout_seconds=2)
+            deadline = time.monotonic() + 30
+            reading = LatencyReading.unavailable("not read yet")
+            while time.monotonic() < deadline:
+                reading = await source.read_latency(NS, PODS[:2])
+                if reading.p99_ms is not None:
+                    break
+                await asyncio.sleep(0.5)
+            assert reading.p99_ms == pytest.approx(95.0, abs=1.0), reading
+            assert reading.timestamp is not None and abs(time.time() - reading.timestamp) < 5
+
+            # Idle-looking pods (SM 0.1) would scale down; the p99 over the SLO cuts the target and holds them.
+            # The SLO loop moves on a p99 that has been above its band for a whole window of a quiet pool:
+            # the state says so; the cut is the loop's largest (error clamped at log 1.5, P + I gains 0.3).
+            pods = [PodState(p, ready=True) for p in PODS[:2]]
+            sm = MetricReading(samples={p: PodSample(0.1, time.time()) for p in PODS[:2]})
+            now = time.time()
+            obs = Observation(current_replicas=2, pods=pods, metrics=sm, latency=reading)
+            before = ScalerState(slo_quiet_since=now - 120, slo_outside=(now - 120, math.log(2.0)))
+            d = desired_replicas(a, before, obs, now, slo_p99_ms=spec.slo.p99_latency_ms)
+            cut = 0.6 * math.exp(-0.6 * math.log(1.5))
+            assert d.effective_target == pytest.approx(cut) and d.p99_ms == pytest.approx(reading.p99_ms)
+            assert d.desired_replicas == 2 and d.condition(SCALING_LIMITED).reason == "LatencyOverSlo"
+
+            # The servers stop being scraped: the histogram's series go stale; latency unavailable, not low.
+            stop.set()
+            for _, httpd in exporters:
+                httpd.shutdown()
+                httpd.server_close()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                reading = await source.read_latency(NS, PODS[:2])
+                if reading.error is not None:
+                    break
+                await asyncio.sleep(0.5)
+            assert reading.p99_ms is None and "no fresh series" in (reading.error or "")
+            held = desired_replicas(a, d.state, Observation(2, pods, sm, latency=reading), time.time(), slo_p99_ms=40)
+            assert held.effective_target == pytest.approx(cut)  # learned value kept, not reset by missing data
+        finally:
+            stop.set()
 
 
 @contextlib.contextmanager
-def scraping(tmp_path: Path, name: str, port: int, target_labels: dict[str, str] | None = None) -> Iterator[str]:
-    """A Prometheus (its URL) scraping 127.0.0.1:`port` every second, the target labelled as given
-    (as Kubernetes service discovery labels a dcgm-exporter pod), honor_labels off (the default)."""
-    labels = f", labels: {{{', '.join(f'{k}: {v}' for k, v in target_labels.items())}}}" if target_labels else ""
+def scraping(
+    tmp_path: Path, name: str, targets: list[tuple[int, dict[str, str] | None]], *, job: str = "dcgm"
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A Prometheus (its URL and process) scraping each loopback (port, target labels) every
+    second, the target labelled as given (as Kubernetes service discovery labels a pod),
+    honor_labels off (the default). A test may stop the process itself."""
+    configs = "".join(
+        f"      - targets: ['127.0.0.1:{port}']\n"
+        + (f"        labels: {{{', '.join(f'{k}: {v}' for k, v in labels.items())}}}\n" if labels else "")
+        for port, labels in targets
+    )
     cfg = tmp_path / f"{name}.yml"
     cfg.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n"
-        "  - job_name: dcgm\n"
+        f"  - job_name: {job}\n"
         "    scrape_interval: 1s\n"
         "    scrape_timeout: 1s\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{port}']{labels}}}]\n"
+        "    static_configs:\n" + configs
     )
     web = free_port()
     with (tmp_path / f"{name}.log").open("wb") as log:
@@ -431,19 +372,33 @@ def scraping(tmp_path: Path, name: str, port: int, target_labels: dict[str, str]
                 f"--config.file={cfg}",
                 f"--storage.tsdb.path={tmp_path / name}",
                 f"--web.listen-address=127.0.0.1:{web}",
+                "--storage.tsdb.retention.time=1h",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
-            yield f"http://127.0.0.1:{web}"
+            yield f"http://127.0.0.1:{web}", proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def serving(registry: CollectorRegistry) -> Iterator[int]:
+    """An exporter of `registry` on a free loopback port (the port), shut down after."""
+    port = free_port()
+    server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 async def _scraped(url: str, query: str, within: float = 20.0) -> None:
@@ -469,7 +424,7 @@ async def test_an_empty_reading_says_which_real_cluster_convention_broke(exporte
     attributes GPUs to no pod, and no SM series at all. The reading stays unavailable (a hold)."""
     exporter.set(0.7)
     dcgm_pod = {"namespace": "gpu-monitoring", "pod": "dcgm-exporter-x7k2p"}
-    with scraping(tmp_path, "renamed", exporter.port, dcgm_pod) as url:
+    with scraping(tmp_path, "renamed", [(exporter.port, dcgm_pod)]) as (url, _):
         await _scraped(url, "count(DCGM_FI_PROF_SM_ACTIVE)")
         reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
     assert reading.samples == {} and reading.error is not None
@@ -482,24 +437,12 @@ async def test_an_empty_reading_says_which_real_cluster_convention_broke(exporte
     gauge = Gauge("DCGM_FI_PROF_SM_ACTIVE", "SM active, per GPU only.", ["gpu", "Hostname"], registry=registry)
     for gpu in range(3):
         gauge.labels(gpu=str(gpu), Hostname="node-1").set(0.7)
-    plain_port = free_port()
-    server, _ = start_http_server(plain_port, addr="127.0.0.1", registry=registry)
-    try:
-        with scraping(tmp_path, "unattributed", plain_port) as url:
-            await _scraped(url, "count(DCGM_FI_PROF_SM_ACTIVE)")
-            reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(registry) as port, scraping(tmp_path, "unattributed", [(port, None)]) as (url, _):
+        await _scraped(url, "count(DCGM_FI_PROF_SM_ACTIVE)")
+        reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
     assert reading.error is not None and "none of its 3 DCGM_FI_PROF_SM_ACTIVE series has a pod label" in reading.error
 
-    empty_port = free_port()
-    server, _ = start_http_server(empty_port, addr="127.0.0.1", registry=CollectorRegistry())
-    try:
-        with scraping(tmp_path, "nothing", empty_port) as url:
-            await _scraped(url, "count(up == 1)")
-            reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(CollectorRegistry()) as port, scraping(tmp_path, "nothing", [(port, None)]) as (url, _):
+        await _scraped(url, "count(up == 1)")
+        reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
     assert reading.error is not None and "Prometheus holds no DCGM_FI_PROF_SM_ACTIVE series at all" in reading.error
