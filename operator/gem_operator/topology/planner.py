@@ -232,7 +232,8 @@ def plan_gang(
         )
     tierset = resolve_tiers(spec, view.hosts, kueue=kueue_levels)
     exclude = frozenset(exclude_nodes)
-    qualified = _qualified(spec, view, exclude, tolerations)[0]
+    qualification = _qualified(spec, view, exclude, tolerations)
+    qualified = qualification[0]
     split = split_by_product(view, (h for h in view.hosts if h.name in qualified))
     # One GPU product when one can hold the gang (`products.py`): among those that can, the plan
     # with the fewest warnings, then best fit (the product with the fewest qualifying hosts, so the
@@ -245,7 +246,7 @@ def plan_gang(
             placed.append(((len(plan.warnings), room, round(plan.score, 9), product), plan))
     if placed:
         return replace(min(placed, key=lambda kp: kp[0])[1], tierset=tierset)
-    result = _plan(spec, view, tierset, exclude, cost_model, tolerations)
+    result = _plan(spec, view, tierset, exclude, cost_model, tolerations, qualification)
     if not isinstance(result, Placement):
         return result
     if split:
@@ -276,13 +277,15 @@ def _plan(
     exclude_nodes: Iterable[str],
     cost_model: CostModel | None,
     tolerations: Sequence[Mapping[str, str]],
+    qualification: tuple[set[str], dict[str, int], int] | None = None,
 ) -> Placement | Infeasible:
+    """Plan on `view`; `qualification` is `_qualified` of that same view when the caller has it."""
     cost_model = cost_model or cost_model_for(spec)
     nproc = spec.nproc_per_node
     n_nodes = spec.num_nodes
     exclude = frozenset(exclude_nodes)
     tier_names, labels = tierset.names, tierset.labels
-    qualified, why, best_short = _qualified(spec, view, exclude, tolerations)
+    qualified, why, best_short = qualification or _qualified(spec, view, exclude, tolerations)
     if len(qualified) < n_nodes:
         skipped = ", ".join(f"{n} {reason}" for reason, n in why.items() if n)
         extra = f" (the fullest of those has {best_short} free)" if why["too few free GPUs"] else ""
