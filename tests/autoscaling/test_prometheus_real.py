@@ -446,3 +446,34 @@ async def test_an_empty_reading_says_which_real_cluster_convention_broke(exporte
         await _scraped(url, "count(up == 1)")
         reading = await PrometheusSmActiveSource(url, timeout_seconds=2).read(NS, PODS)
     assert reading.error is not None and "Prometheus holds no DCGM_FI_PROF_SM_ACTIVE series at all" in reading.error
+
+
+async def test_an_empty_latency_reading_says_how_the_servers_are_scraped(tmp_path: Path) -> None:
+    """The ranking servers' own histogram takes its pod labels from the scrape, so the usual causes
+    differ from dcgm-exporter's: a job naming them kubernetes_namespace/kubernetes_pod_name (the
+    older example configuration), a job labelling no pod at all. Each reproduced with real
+    Prometheus and named in the reading's error, which the SLO loop reports as it holds."""
+    from gem_operator.autoscaling.sources import PrometheusLatencySource
+    from gem_workloads.serving.metrics import ServerMetrics
+
+    server = ServerMetrics()
+    server.request_seconds.observe(0.015)
+    metric = "gem_ranking_request_seconds_bucket"
+    with serving(server.registry) as port:
+        older = {"kubernetes_namespace": NS, "kubernetes_pod_name": PODS[0]}
+        with scraping(tmp_path, "older-names", [(port, older)], job="kubernetes-pods") as (url, _):
+            await _scraped(url, f"count({metric})")
+            reading = await PrometheusLatencySource(url, timeout_seconds=2).read_latency(NS, PODS[:1])
+        assert reading.p99_ms is None and reading.error is not None
+        assert reading.error.startswith(f"query returned no series for 1 pods in namespace {NS!r}")
+        assert f"its {metric} series carry kubernetes_namespace and kubernetes_pod_name" in reading.error
+
+        with scraping(tmp_path, "no-pod", [(port, None)], job="ranker") as (url, _):
+            await _scraped(url, f"count({metric})")
+            reading = await PrometheusLatencySource(url, timeout_seconds=2).read_latency(NS, PODS[:1])
+        assert reading.error is not None and "series has a pod label: the scrape must label each" in reading.error
+
+    with serving(CollectorRegistry()) as port, scraping(tmp_path, "no-ranker", [(port, None)]) as (url, _):
+        await _scraped(url, "count(up == 1)")
+        reading = await PrometheusLatencySource(url, timeout_seconds=2).read_latency(NS, PODS[:1])
+    assert reading.error is not None and f"Prometheus holds no {metric} series at all" in reading.error

@@ -264,8 +264,8 @@ async def test_latency_source_reads_p99_in_ms_with_the_scrape_time(
 @pytest.mark.parametrize(
     ("value", "stamp", "status", "why"),
     [
-        ("NaN", "1000", 200, "no p99 value"),  # histogram_quantile with no requests in the window
-        (None, "1000", 200, "no p99 value"),
+        ("NaN", "1000", 200, "no p99 value (NaN: no requests in the window)"),  # histogram_quantile, no requests
+        (None, "1000", 200, "query returned no series for 1 pods"),
         ("0.03", None, 200, "no fresh series"),  # the histogram stopped being scraped
         ("0.03", "1000", 503, "HTTP 503"),
     ],
@@ -299,3 +299,21 @@ async def test_latency_source_unreachable_and_simulated() -> None:
     assert (got.p99_ms, got.timestamp) == (31.0, 500.0)
     sim.fail("boom")
     assert (await sim.read_latency("ns", ["p0"])).error == "boom"
+
+
+async def test_an_empty_custom_latency_query_is_not_diagnosed(fake_prom: Callable[[Handler], Awaitable[str]]) -> None:
+    """The diagnosis's metric and label names are the default query's: a user's own query, empty,
+    costs no extra queries and is reported as it is."""
+    from gem_operator.autoscaling.sources import PrometheusLatencySource
+
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.query["query"])
+        return web.json_response(scalar_vector(None))
+
+    query = 'histogram_quantile(0.99, sum by (le) (rate(my_rpc_seconds_bucket{ns="$namespace"}[2m])))'
+    reading = await PrometheusLatencySource(await fake_prom(handler), query).read_latency("ns", ["p0"])
+    rendered = render_query(query, "ns", ["p0"])
+    assert reading.error == f"query returned no series for 1 pods in namespace 'ns': {rendered}"
+    assert seen == [rendered]

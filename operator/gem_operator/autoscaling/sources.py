@@ -29,17 +29,13 @@ from gem_operator.api.autoscaling import (
     PrometheusSource,
     QueueSignal,
 )
+from gem_operator.autoscaling.diagnosis import Count, why_no_server_series, why_no_sm_samples
 from gem_operator.autoscaling.observation import LatencyReading, MetricReading, PodSample, PrecomputeSignals
 
 # Scrape time of every raw SM-active series behind DEFAULT_SM_QUERY.
 DEFAULT_SM_TIMESTAMP_QUERY = (
     'max by (namespace, pod) (timestamp(DCGM_FI_PROF_SM_ACTIVE{namespace="$namespace", pod=~"$pods"}))'
 )
-
-
-# The default query's series under the names a scrape gives the exporter's own labels when its
-# target already has `namespace`/`pod` labels (Kubernetes service discovery) and honor_labels is off.
-EXPORTED_LABELS_QUERY = 'count(DCGM_FI_PROF_SM_ACTIVE{exported_namespace="$namespace", exported_pod=~"$pods"})'
 
 
 @runtime_checkable
@@ -149,38 +145,11 @@ class PrometheusSmActiveSource:
         return MetricReading(samples=samples)
 
     async def _why_no_samples(self, session: aiohttp.ClientSession, namespace: str, pods: Sequence[str]) -> str:
-        """For the default query, the usual cause of an empty answer on a real cluster, told apart by
-        at most three count queries (only while the reading is empty): the scrape renamed the
-        exporter's pod labels, the exporter attributes no GPU to a pod, or no series exist. "" when
-        none applies (the pods' series are not there yet, say) or Prometheus does not answer."""
-        endpoint = f"{self.url}/api/v1/query"
-
-        async def count(query: str) -> float:
-            body = await instant_query(session, endpoint, render_query(query, namespace, pods), self.timeout_seconds)
-            return _scalar(body, endpoint) or 0.0
-
+        """For the default query, which usual cause emptied the reading (`diagnosis.py`)."""
         try:
-            if await count(EXPORTED_LABELS_QUERY) > 0:
-                return (
-                    "its series carry exported_namespace and exported_pod: the scrape renamed the exporter's "
-                    "namespace and pod labels because its target has labels of those names; set honor_labels: "
-                    "true on the dcgm-exporter scrape job (honorLabels: true on a ServiceMonitor)"
-                )
-            total = await count("count(DCGM_FI_PROF_SM_ACTIVE)")
-            if total == 0:
-                return (
-                    "Prometheus holds no DCGM_FI_PROF_SM_ACTIVE series at all: is dcgm-exporter scraped, with the "
-                    "DCP profiling fields on? (docs/dcgm-exporter.md)"
-                )
-            if await count('count(DCGM_FI_PROF_SM_ACTIVE{pod!=""})') == 0:
-                return (
-                    f"none of its {total:.0f} DCGM_FI_PROF_SM_ACTIVE series has a pod label: the exporter does not "
-                    "attribute GPUs to pods (DCGM_EXPORTER_KUBERNETES=true and /var/lib/kubelet/pod-resources "
-                    "mounted; docs/dcgm-exporter.md)"
-                )
+            return await why_no_sm_samples(_counter(session, self.url, namespace, pods, self.timeout_seconds))
         except PrometheusError:
-            pass
-        return ""
+            return ""
 
     async def _query(self, session: aiohttp.ClientSession, query: str) -> dict[str, tuple[float, float]]:
         """pod -> (value, evaluation time). Raises PrometheusError on any failure."""
@@ -206,6 +175,19 @@ async def instant_query(session: aiohttp.ClientSession, endpoint: str, query: st
         raise PrometheusError(f"{endpoint} timed out after {timeout_seconds:g}s") from exc
     except aiohttp.ClientError as exc:
         raise PrometheusError(f"{endpoint} unreachable: {exc}") from exc
+
+
+def _counter(
+    session: aiohttp.ClientSession, url: str, namespace: str, pods: Sequence[str], timeout_seconds: float
+) -> Count:
+    """A diagnosis's `count`: one instant query, `$namespace`/`$pods` rendered; 0 for an empty vector."""
+    endpoint = f"{url}/api/v1/query"
+
+    async def count(query: str) -> float:
+        body = await instant_query(session, endpoint, render_query(query, namespace, pods), timeout_seconds)
+        return _scalar(body, endpoint) or 0.0
+
+    return count
 
 
 def vector_result(body: Any, where: str = "prometheus") -> list[Any]:
@@ -247,6 +229,7 @@ def parse_vector(body: Any, where: str = "prometheus") -> dict[str, tuple[float,
 
 # Scrape time of the histogram's raw series behind DEFAULT_LATENCY_QUERY: rate() over [1m] keeps
 # answering for a minute after the last scrape, so freshness is judged on the scrape time.
+LATENCY_METRIC = "gem_ranking_request_seconds_bucket"  # the raw series DEFAULT_LATENCY_QUERY reads
 DEFAULT_LATENCY_TIMESTAMP_QUERY = (
     'max(timestamp(gem_ranking_request_seconds_count{namespace="$namespace", pod=~"$pods"}))'
 )
@@ -293,6 +276,7 @@ class PrometheusLatencySource:
         if not pods:
             return LatencyReading.unavailable("no pods to read latency for")
         timeout = aiohttp.ClientTimeout(total=self.timeout_seconds)
+        why = ""
         try:
             async with aiohttp.ClientSession(timeout=timeout) as session:
                 value_q = render_query(self.query, namespace, pods)
@@ -300,14 +284,30 @@ class PrometheusLatencySource:
                 stamp = None
                 if self.timestamp_query is not None:
                     stamp = await self._one(session, render_query(self.timestamp_query, namespace, pods))
+                if value is None and self.query == DEFAULT_LATENCY_QUERY:
+                    why = await self._why_empty(session, namespace, pods)
         except PrometheusError as exc:
             return LatencyReading.unavailable(str(exc))
-        if value is None or not math.isfinite(value[0]):
-            return LatencyReading.unavailable(f"no p99 value (no requests in the window?): {value_q}")
+        if value is None:
+            # No series matched: unlike a NaN, requests are not the question but the scrape.
+            return LatencyReading.unavailable(
+                f"query returned no series for {len(pods)} pods in namespace {namespace!r}: {value_q}"
+                + (f"; {why}" if why else "")
+            )
+        if not math.isfinite(value[0]):
+            return LatencyReading.unavailable(f"no p99 value (NaN: no requests in the window): {value_q}")
         if self.timestamp_query is not None and (stamp is None or not math.isfinite(stamp[0])):
             return LatencyReading.unavailable(f"the latency histogram has no fresh series: {value_q}")
         when = stamp[0] if stamp is not None else value[1]
         return LatencyReading(p99_ms=max(0.0, value[0]) * 1000.0, timestamp=when)
+
+    async def _why_empty(self, session: aiohttp.ClientSession, namespace: str, pods: Sequence[str]) -> str:
+        """For the default query, which usual cause left it without series (`diagnosis.py`)."""
+        try:
+            count = _counter(session, self.url, namespace, pods, self.timeout_seconds)
+            return await why_no_server_series(count, LATENCY_METRIC)
+        except PrometheusError:
+            return ""
 
     async def _one(self, session: aiohttp.ClientSession, query: str) -> tuple[float, float] | None:
         """The first sample of an instant vector as (value, evaluation time); None when empty."""
