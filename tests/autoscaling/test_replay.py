@@ -430,6 +430,26 @@ def test_the_ceiling_is_named_where_it_explains_the_slo_minutes(tmp_path: Path, 
     assert (cpu_report.ceiling_replicas, cpu_report.ceiling_source) == (4, "spec.autoscaling.maxReplicas")
 
 
+def test_static_peak_is_never_below_min_replicas(tmp_path: Path, service: Path) -> None:
+    """A team's minReplicas above what its trace's peak needs (zones, redundancy): static provisioning
+    holds it too, or "vs static" would charge the autoscaled pools for a floor static never paid."""
+    sized = run_replay(step_trace(tmp_path), service)
+    need = sized.results[STATIC_PEAK].peak_replicas
+    assert sized.to_dict(timeline=False)["static_peak_sizing"] == {"set_by": "peak load", "peak_load_needs": need}
+
+    floor = tmp_path / "floor.yaml"
+    floor.write_text(SERVICE_YAML.replace("minReplicas: 2", f"minReplicas: {need + 5}"))
+    report = run_replay(step_trace(tmp_path), floor)
+    static, policy = report.results[STATIC_PEAK], report.results[POLICY]
+    assert static.peak_replicas == need + 5 and min(policy.replicas_per_minute) >= need + 5
+    assert policy.gpu_hours <= static.gpu_hours + 1e-9
+    assert (
+        f"note: static peak provisioning holds minReplicas, {need + 5} replicas: the peak load needs only {need}"
+    ) in report.to_table()
+    sizing = report.to_dict(timeline=False)["static_peak_sizing"]
+    assert sizing == {"set_by": "spec.autoscaling.minReplicas", "peak_load_needs": need}
+
+
 def test_main_json_table_and_plot(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = step_trace(tmp_path)
     png = tmp_path / "replay.png"

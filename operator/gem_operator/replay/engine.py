@@ -243,8 +243,13 @@ def simulate(
     minute_load = [sum(cost[m * 60 : (m + 1) * 60]) / len(cost[m * 60 : (m + 1) * 60]) for m in range(minutes)]
     minute_reqs = [sum(reqs[m * 60 : (m + 1) * 60]) / len(reqs[m * 60 : (m + 1) * 60]) for m in range(minutes)]
     static_n = max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9))
+    static_set_by = "peak load"
     if static_replicas is not None:
-        static_n = max(1, static_replicas)
+        static_n, static_set_by = max(1, static_replicas), "given"
+    elif a.min_replicas > static_n:
+        # A team that keeps minReplicas (zones, redundancy) would not provision fewer statically:
+        # below it, "vs static" would charge the autoscaled pools for a floor static never paid.
+        static_n, static_set_by = a.min_replicas, "spec.autoscaling.minReplicas"
     if static_n > MAX_SIMULATED_REPLICAS:
         raise TraceError(
             f"{trace}: the static pool for the peak second would need {static_n:,} replicas (peak load "
@@ -320,6 +325,8 @@ def simulate(
         max_replicas=spec.autoscaling.max_replicas,
         ceiling_replicas=ceiling,
         ceiling_source=ceiling_source,
+        static_set_by=static_set_by,
+        peak_load_replicas=max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9)),
     )
 
 

@@ -90,6 +90,8 @@ class ReplayReport:
     ceiling_replicas: int | None = None  # the most an autoscaled pool may hold (maxReplicas or the cluster's GPUs)
     ceiling_source: str = "spec.autoscaling.maxReplicas"
     time_note: str = ""  # how numeric time stamps were read, when not as seconds
+    static_set_by: str = "peak load"  # what sized the static pool: the peak load, minReplicas above it, or given
+    peak_load_replicas: int | None = None  # the replicas the peak second needs at the target utilisation
 
     @property
     def minutes(self) -> int:
@@ -111,6 +113,7 @@ class ReplayReport:
             "warmup_minutes": self.warmup_minutes,
             "slo_p99_ms": self.slo_ms,
             "ceiling": {"replicas": self.ceiling_replicas, "set_by": self.ceiling_source},
+            "static_peak_sizing": {"set_by": self.static_set_by, "peak_load_needs": self.peak_load_replicas},
             "service_model": self.model.describe(),
             "policy": self.results[POLICY].summary(),
             "baselines": {k: self.results[k].summary() for k in (STATIC_PEAK, HPA_RPS)},
@@ -161,17 +164,23 @@ class ReplayReport:
                 f"{r.mean_replicas:>6.1f}"
             )
         lines.append("('vs static' is the GPU-hour change against static peak provisioning; negative is fewer)")
-        lines.extend(self.ceiling_notes())
+        lines.extend(self.sizing_notes())
         return "\n".join(lines)
 
-    def ceiling_notes(self) -> list[str]:
-        """Lines saying where the autoscaled pools' ceiling, not their policy, explains the figures:
-        static peak sized above it, and SLO minutes spent holding it. Without them a replay of a
+    def sizing_notes(self) -> list[str]:
+        """Lines saying where the pools' bounds, not the policy, explain the figures: static peak held
+        at minReplicas above the load's need, static peak sized above the autoscaled pools' ceiling,
+        and SLO minutes spent holding that ceiling. Without them a replay of a
         trace the service was never sized for reads as a policy that does not scale."""
-        if self.ceiling_replicas is None:
-            return []
         notes = []
         static = self.results.get(STATIC_PEAK)
+        if static is not None and self.static_set_by == "spec.autoscaling.minReplicas":
+            notes.append(
+                f"note: static peak provisioning holds minReplicas, {static.peak_replicas} replicas: the peak load "
+                f"needs only {self.peak_load_replicas}, and the autoscaled pools never go below minReplicas either"
+            )
+        if self.ceiling_replicas is None:
+            return notes
         if static is not None and static.peak_replicas > self.ceiling_replicas:
             notes.append(
                 f"note: the autoscaled pools stop at {self.ceiling_replicas} replicas ({self.ceiling_source}); "
