@@ -137,3 +137,21 @@ def test_sim_up_run_pods_flags_are_checked(capsys: pytest.CaptureFixture[str]) -
     assert main(["sim", "up", "--run-pods", "--origin", "s3://bucket/model"]) == 2
     assert "--origin URI=PATH" in capsys.readouterr().err
     assert main(["sim", "up", "--origin", "s3://b/m=/srv/m"]) == 2  # --origin without --run-pods
+
+
+def test_segment_reads_numeric_times_as_gemop_replay_does(tmp_path: Path) -> None:
+    """Epoch milliseconds, the usual form in logs: read by their size (and said so), or in the unit
+    named; read as seconds they would put 10 minutes of requests 166 hours apart."""
+    start_ms = 1_700_000_000_000
+    trace = _trace(tmp_path, [{"t": start_ms + 1000 * t, "cost": 1} for t in range(600)])
+    seg = cut_segment(trace, start_minute=2, minutes=3, scale=1.0, seed=1)
+    assert seg.seconds == 180 and len(seg.times) == 180
+    assert (
+        seg.time_note
+        == "time stamps: numbers, read as epoch milliseconds (by their size; --time-unit s reads them as seconds)"
+    )
+    named = cut_segment(trace, start_minute=2, minutes=3, scale=1.0, seed=1, time_unit="ms")
+    assert named.times == seg.times and named.time_note.endswith("(--time-unit ms)")
+    with pytest.raises(ValueError, match="no requests between minute 2 and 5"):
+        cut_segment(trace, start_minute=2, minutes=3, scale=1.0, time_unit="s")
+    assert cut_segment(_trace(tmp_path, [{"t": float(t), "cost": 1} for t in range(60)]), 0, 1, 1.0).time_note == ""

@@ -85,7 +85,6 @@ from gem_operator.replay.report import (
 )
 from gem_operator.replay.service_model import Pool, ServiceModel, weighted_quantile
 from gem_operator.replay.traces import (
-    TIME_UNIT_NAMES,
     TREND_SECONDS,
     Arrivals,
     LoadSeries,
@@ -93,6 +92,7 @@ from gem_operator.replay.traces import (
     TraceError,
     load_service,
     load_trace,
+    time_note,
     to_series,
 )
 
@@ -516,12 +516,7 @@ def run_replay(
         static_replicas=static_replicas,
         rps_window_seconds=rps_window_seconds,
     )
-    if arrivals.time_unit not in (None, "s"):
-        # Said in the header: a unit picked by size is a guess the user should see.
-        how = (
-            f"--time-unit {time_unit}" if time_unit != "auto" else "by their size; --time-unit s reads them as seconds"
-        )
-        report.time_note = f"time stamps: numbers, read as {TIME_UNIT_NAMES[arrivals.time_unit]} ({how})"
+    report.time_note = time_note(arrivals, time_unit)
     return report
 
 

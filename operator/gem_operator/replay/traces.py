@@ -83,6 +83,15 @@ def numeric_time_unit(first: float) -> str:
     return "s"
 
 
+def time_note(arrivals: Arrivals, time_unit: str) -> str:
+    """What a report's header says of numeric time stamps not read as seconds ("" otherwise): a
+    unit picked by size is a guess the user should see, with the flag that overrides it."""
+    if arrivals.time_unit in (None, "s"):
+        return ""
+    how = f"--time-unit {time_unit}" if time_unit != "auto" else "by their size; --time-unit s reads them as seconds"
+    return f"time stamps: numbers, read as {TIME_UNIT_NAMES[arrivals.time_unit]} ({how})"
+
+
 class _TimeReader:
     """Parses a file's time stamps: date-times to epoch seconds; numbers in the file's unit (given,
     or picked by `numeric_time_unit` from the first number read)."""
@@ -399,5 +408,6 @@ __all__ = [
     "load_service",
     "load_trace",
     "superpose",
+    "time_note",
     "to_series",
 ]

@@ -52,6 +52,7 @@ class Segment:
     times: list[float]
     costs: list[float]
     seconds: int
+    time_note: str = ""  # how the trace's numeric time stamps were read, when not as seconds
 
     def write_jsonl(self, path: Path) -> Path:
         with path.open("w") as f:

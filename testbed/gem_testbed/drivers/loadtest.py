@@ -55,6 +55,7 @@ from gem_operator.argtypes import non_negative_float, positive_float, positive_i
 from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
 from gem_operator.replay.report import most_in_an_hour
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
+from gem_operator.replay.traces import TIME_UNITS, time_note
 from gem_testbed.drivers.closed_loop import (
     RPS_WINDOW_SECONDS,
     ClosedLoop,
@@ -84,14 +85,17 @@ def _builtin_profile(name: str) -> Path:
 # --------------------------------------------------------------------------- inputs
 
 
-def cut_segment(trace: str | Path, start_minute: float, minutes: float, scale: float, seed: int = 0) -> Segment:
+def cut_segment(
+    trace: str | Path, start_minute: float, minutes: float, scale: float, seed: int = 0, time_unit: str = "auto"
+) -> Segment:
     """Requests of the trace in [start, start + minutes), each one standing for `scale` requests
-    in the same second (the reading `gemop replay --scale` takes), spread evenly within it."""
+    in the same second (the reading `gemop replay --scale` takes), spread evenly within it.
+    Numeric time stamps are read as `gemop replay --time-unit` reads them."""
     if minutes <= 0 or start_minute < 0:
         raise TraceError(f"--minutes must be > 0 and --start-minute >= 0, got {minutes} and {start_minute}")
     if scale <= 0 or not math.isfinite(scale):
         raise TraceError(f"--scale must be a positive number, got {scale}")
-    arrivals = load_trace(trace)
+    arrivals = load_trace(trace, time_unit=time_unit)
     t0 = min(arrivals.times)
     lo, hi = start_minute * 60.0, (start_minute + minutes) * 60.0
     rng = random.Random(seed)
@@ -110,7 +114,8 @@ def cut_segment(trace: str | Path, start_minute: float, minutes: float, scale: f
     if not times:
         raise TraceError(f"{trace}: no requests between minute {start_minute:g} and {start_minute + minutes:g}")
     order = sorted(range(len(times)), key=times.__getitem__)
-    return Segment([times[i] for i in order], [costs[i] for i in order], round(hi - lo))
+    note = time_note(arrivals, time_unit)
+    return Segment([times[i] for i in order], [costs[i] for i in order], round(hi - lo), note)
 
 
 def _flag(args: Sequence[str], name: str, default: str | None = None) -> str | None:
@@ -266,6 +271,7 @@ class LoadtestOptions:
     fleet: str = "demo"
     ready_timeout: float = 300.0
     origin_rate: str = "20m"
+    time_unit: str = "auto"
 
 
 def prepare_origin(directory: Path) -> Path:
@@ -313,11 +319,12 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
 
     name, spec = load_service(opts.service)
     raw = next(d for d in yaml.safe_load_all(opts.service.read_text()) if d and d.get("kind") == "RankingService")
-    segment = cut_segment(opts.trace, opts.start_minute, opts.minutes, opts.scale)
+    segment = cut_segment(opts.trace, opts.start_minute, opts.minutes, opts.scale, time_unit=opts.time_unit)
     model0 = device_service_model(spec, opts.candidates, 16, 30.0)
     target_util = model0.utilisation_for_sm(spec.autoscaling.target_sm_active)
     per_replica = target_util * model0.throughput_per_replica
-    static_n = max(1, math.ceil(segment.peak_rps() / per_replica - 1e-9))
+    # As `gemop replay` sizes it: the segment's peak, never below minReplicas.
+    static_n = max(1, spec.autoscaling.min_replicas, math.ceil(segment.peak_rps() / per_replica - 1e-9))
     first_minute = sum(1 for t in segment.times if t < 60) / 60.0
     start_n = min(
         spec.autoscaling.max_replicas, max(spec.autoscaling.min_replicas, math.ceil(first_minute / per_replica))
@@ -341,6 +348,7 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
             f"segment: {opts.minutes:g} min from minute {opts.start_minute:g} of {opts.trace.name}, x{opts.scale:g}: "
             f"{len(segment.times)} requests, peak {segment.peak_rps():.1f} req/s; replica capacity "
             f"{model0.throughput_per_replica:.1f} req/s; static pool {static_n}, autoscaled pools start at {start_n}"
+            + (f"; {segment.time_note}" if segment.time_note else "")
         )
         runs: dict[str, PoolRun] = {}
         for flag in opts.pools:
@@ -355,7 +363,6 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
                     decide = hpa_rps_decider(spec, target_util * model0.throughput_per_replica)
                 progress(f"[{flag}] replaying")
                 on_warm = (lambda lp, n=initial: lp.apply(n, autoscaling=True)) if pool == POLICY else None
-                on_warm = (lambda lp, n=initial: lp.apply(n, autoscaling=True)) if pool == POLICY else None
                 runs[pool] = loop.replay(segment, pool=flag, candidates=opts.candidates, decide=decide,
                                          progress=progress, warmup_s=WARMUP_S, on_warm=on_warm)  # fmt: skip
         startups = [s for r in runs.values() for s in r.startup_seconds]
@@ -368,6 +375,7 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
             "duration_seconds": segment.seconds,
             "service": name,
             "trace": opts.trace.name,
+            **({"time_stamps": segment.time_note} if segment.time_note else {}),
             "start_minute": opts.start_minute,
             "scale": opts.scale,
             "slo_p99_ms": spec.slo.p99_latency_ms,
@@ -405,6 +413,7 @@ def to_table(report: Mapping[str, Any]) -> str:
     lines = [
         f"loadtest of {report['trace']} (minutes {report['start_minute']:g}+{report['duration_seconds'] / 60:g}, "
         f"x{report['scale']:g}) against RankingService {report['service']}: SLO p99 <= {report['slo_p99_ms']:g} ms",
+        *([report["time_stamps"]] if report.get("time_stamps") else []),
         f"{'pool':<12} {'GPU-h':>8} {'sim GPU-h':>9} {'viol min':>8} {'sim viol':>8} {'warm-up':>7} "
         f"{'dir chg/h':>9} {'peak':>5} {'requests':>9} {'errors':>7}",
     ]
@@ -435,6 +444,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--minutes", type=positive_float, default=15.0, help="length of the segment (default 15)")
     p.add_argument("--start-minute", type=non_negative_float, default=0.0, help="where the segment starts in the trace")
     p.add_argument("--scale", type=positive_float, default=1.0, help="each request of the trace stands for X requests")
+    p.add_argument(
+        "--time-unit",
+        choices=("auto", *TIME_UNITS),
+        default="auto",
+        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
+    )
     p.add_argument("--pools", default="policy,static,hpa-rps", help="comma-separated: policy, static, hpa-rps")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", type=Path, help="write replicas and client p99 per minute as a PNG")
@@ -469,6 +484,7 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
         trace=args.trace, service=args.service, minutes=args.minutes, start_minute=args.start_minute,
         scale=args.scale, pools=pools, output=args.output, plot=args.plot, candidates=args.candidates,
         max_pod_processes=args.max_pod_processes, work_dir=args.work_dir, origin_rate=args.origin_rate,
+        time_unit=args.time_unit,
     )  # fmt: skip
     stream = sys.stderr if args.output == "json" else sys.stdout
     try:
