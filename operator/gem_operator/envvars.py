@@ -75,14 +75,23 @@ def env_urls(name: str, env: Mapping[str, str] | None = None) -> tuple[str, ...]
     raw = (os.environ if env is None else env).get(name, "")
     urls = tuple(u.strip() for u in raw.split(",") if u.strip())
     for url in urls:
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError as exc:
-            raise EnvSettingError(f"{name}: {url!r} is not a valid URL ({exc})") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
-            raise EnvSettingError(f"{name}: {url!r}: expected http(s)://host[:port], comma-separated")
+        problem = http_url_problem(url)
+        if problem is not None:
+            raise EnvSettingError(f"{name}: {url!r}: {problem}, comma-separated")
     return urls
 
 
-__all__ = ["EnvSettingError", "env_number", "env_switch", "env_urls"]
+def http_url_problem(url: str) -> str | None:
+    """Why `url` is not an http(s)://host[:port] URL, or None when it is (a port of 0 or past
+    65535 included: urllib only says so when the port is read)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"not a valid URL ({exc}); expected http(s)://host[:port]"
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        return "expected http(s)://host[:port]"
+    return None
+
+
+__all__ = ["EnvSettingError", "env_number", "env_switch", "env_urls", "http_url_problem"]

@@ -95,7 +95,7 @@ def test_env_switch_and_urls() -> None:
     assert env_urls("X", env={"X": " http://a:8470, https://b ,"}) == ("http://a:8470", "https://b")
     for bad, needle in [
         ("http://a:8470,cache:8470", "'cache:8470': expected http(s)://host[:port]"),
-        ("http://[::1", "'http://[::1' is not a valid URL (Invalid IPv6 URL)"),
+        ("http://[::1", "'http://[::1': not a valid URL (Invalid IPv6 URL); expected http(s)://host[:port]"),
         ("http://a:99999", "not a valid URL (Port out of range"),
         ("http://:8470", "expected http(s)://host[:port]"),
     ]:
@@ -131,7 +131,8 @@ def test_gemop_run_names_a_bad_cache_setting(name: str, value: str, line: str) -
         (
             "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://[::1'}}]\n"
             "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\nusers: [{name: u, user: {}}]\n",
-            "cannot load the Kubernetes client configuration from {k}: Invalid IPv6 URL",
+            "cannot load the Kubernetes client configuration from {k}: "
+            "server 'http://[::1': not a valid URL (Invalid IPv6 URL)",
         ),
     ],
 )

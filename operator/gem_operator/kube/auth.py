@@ -28,12 +28,13 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx2 as httpx
 import kopf
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
+
+from gem_operator.envvars import http_url_problem
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +80,9 @@ def config_problem() -> str | None:
 
     try:
         server = connection().server
-        parts = urlsplit(server)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0:
-            raise ValueError(f"server {server!r} is not an http(s)://host[:port] URL")
+        problem = http_url_problem(server)
+        if problem is not None:
+            raise ValueError(f"server {server!r}: {problem}")
     except (kubernetes.config.ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         return f"cannot load the Kubernetes client configuration from {where}: {first}; {_FIX}"
