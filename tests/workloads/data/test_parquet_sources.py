@@ -99,6 +99,11 @@ def test_missing_column_and_wrong_type_name_source_and_column(tmp_path: Path) ->
     with pytest.raises(InvalidData) as exc:
         open_streams(spec, 0, 1)
     assert exc.value.source == "search" and exc.value.column == "user_id" and "string" in str(exc.value)
+    # String ids are common in a team's logs: the error says what to do, for training and serving alike.
+    assert str(exc.value).endswith(
+        "map string ids to 64-bit integers upstream (a 64-bit hash such as FARM_FINGERPRINT or xxhash64), "
+        "and send the ranking server the same integers"
+    )
 
 
 def test_a_file_lacking_a_column_is_found_before_reading(tmp_path: Path) -> None:

@@ -108,6 +108,19 @@ async def test_concurrent_requests_are_batched(make_client: Any, loaded: LoadedM
     assert count is not None and count < 12  # fewer model calls than requests
 
 
+def test_signed_and_unsigned_64_bit_ids_are_one_id_as_in_training(loaded: LoadedModel) -> None:
+    """A signed 64-bit hash (BigQuery's FARM_FINGERPRINT, Spark's xxhash64) is negative half the
+    time, and training folds it into a row; serving answered 422 to every such request. An id and
+    its unsigned spelling (2**64 - 3 for -3) reach the same row, as a uint64 column does in training."""
+    card = next(f.cardinality for f in loaded.schema.user_features if f.name == "user_id")
+    rows = []
+    for user in (-3, 2**64 - 3, card - 3, -3 - 5 * card):
+        body = _body(loaded, 4)
+        body["user"]["features"]["user_id"] = user
+        rows.append(parse_request(body, loaded.schema, loaded.config.seq_len, 10).user["user_id"].values.tolist())
+    assert rows == [[card - 3]] * 4
+
+
 def _big_body(loaded: LoadedModel, n: int) -> dict[str, Any]:
     cand = {"item_id": 1, "item_cluster": 1, "item_tags": [1], "domain": 0}
     return {
@@ -122,8 +135,13 @@ def _big_body(loaded: LoadedModel, n: int) -> dict[str, Any]:
 BAD_BODIES: list[tuple[str, Any, int, str]] = [
     ("not an object", [1, 2], 422, "body"),
     ("no user", {"candidates": [{}]}, 422, "user"),
-    ("user id a string", {"user": {"features": {"user_id": "u1"}}, "candidates": [{}]}, 422, "user.features.user_id"),
-    ("negative id", {"user": {"features": {"user_id": -3}}, "candidates": [{}]}, 422, "user.features.user_id"),
+    (
+        "user id a string",
+        {"user": {"features": {"user_id": "u1"}}, "candidates": [{}]},
+        422,
+        "user.features.user_id: expected an integer id, got the string 'u1': map string ids to 64-bit integers",
+    ),
+    ("id past 64 bits", {"user": {"features": {"user_id": 2**64}}, "candidates": [{}]}, 422, "user.features.user_id"),
     ("candidates not a list", {"user": {}, "candidates": {"item_id": 1}}, 422, "candidates"),
     ("empty candidates", {"user": {}, "candidates": []}, 422, "candidates: empty"),
 ]

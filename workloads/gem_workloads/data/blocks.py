@@ -10,7 +10,7 @@ import numpy.typing as npt
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from ..models.features import Batch, CandidateFeatures, CategoricalFeature, FeatureSchema, UserFeatures
+from ..models.features import Batch, CandidateFeatures, CategoricalFeature, FeatureSchema, UserFeatures, fold_ids
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float32]
@@ -92,7 +92,7 @@ class ExampleSource(Protocol):
 
 
 def _kjt(features: dict[str, Jagged], names: list[str], cardinality: dict[str, int]) -> KeyedJaggedTensor:
-    values = np.concatenate([features[n].values % cardinality[n] for n in names])
+    values = np.concatenate([fold_ids(features[n].values, cardinality[n]) for n in names])
     lengths = np.concatenate([features[n].lengths for n in names])
     return KeyedJaggedTensor.from_lengths_sync(
         keys=names,

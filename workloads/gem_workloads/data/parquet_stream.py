@@ -61,6 +61,14 @@ class InvalidData(ValueError):
         self.source, self.column = source, column
 
 
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        t = t.value_type
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t))
+
+
 def _type_ok(kind: str, t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         t = t.value_type
@@ -101,7 +109,14 @@ def check_schema(source: str, schema: pa.Schema, columns: dict[str, str], where:
             raise InvalidData(source, column, f"is missing in {where} (columns: {present})")
         t = schema.field(idx).type
         if not _type_ok(kind, t):
-            raise InvalidData(source, column, f"has type {t} in {where}; expected {_EXPECTED[kind]}")
+            hint = ""
+            if kind in ("ids", "int") and _is_text(t):
+                # Embedding tables know 64-bit ids only; serving must then see the same integers.
+                hint = (
+                    "; map string ids to 64-bit integers upstream (a 64-bit hash such as FARM_FINGERPRINT "
+                    "or xxhash64), and send the ranking server the same integers"
+                )
+            raise InvalidData(source, column, f"has type {t} in {where}; expected {_EXPECTED[kind]}{hint}")
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+import numpy.typing as npt
 import torch
 from torch import Tensor
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+# An id is a 64-bit integer, signed or unsigned. A uint64 value from 2**63 on has the bits of a
+# negative int64 and is that id: a uint64 Parquet column reads into int64 so, and signed 64-bit
+# hashes (BigQuery's FARM_FINGERPRINT, Spark's xxhash64) are negative half the time. Its row in a
+# table of `cardinality` rows is that int64 floor-modulo `cardinality`, so training (numpy arrays)
+# and serving (JSON's Python ints) put one id in one row.
+ID_MIN = -(2**63)
+ID_MAX = 2**64 - 1
+
+
+def fold_id(value: int, cardinality: int) -> int:
+    """The table row of one id in [ID_MIN, ID_MAX] (the caller checks the range)."""
+    signed = value - 2**64 if value >= 2**63 else value
+    return signed % cardinality  # Python's % floors, as numpy's does in fold_ids
+
+
+def fold_ids(values: npt.NDArray[np.int64], cardinality: int) -> npt.NDArray[np.int64]:
+    """The table rows of int64 ids (a uint64 column already cast to int64: the same bits)."""
+    return np.asarray(values, dtype=np.int64) % cardinality
+
 
 @dataclass(frozen=True)
 class CategoricalFeature:
-    """One sparse feature: ``name`` is the KJT key, ids are in ``[0, cardinality)``."""
+    """One sparse feature: ``name`` is the KJT key; ids are folded into ``[0, cardinality)`` rows
+    (`fold_id`, `fold_ids`)."""
 
     name: str
     cardinality: int

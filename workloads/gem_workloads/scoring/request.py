@@ -8,8 +8,8 @@ Body::
                                                                     # most recent event last
      "candidates": [{"item_id": 5, "item_cluster": 2, "item_tags": [1, 7], "domain": "feed"}, ...]}
 
-A feature value is a non-negative integer id (a list of ids for multi-hot features); ids are
-folded into the table's rows (``id % cardinality``) as in training. ``domain`` is a domain name
+A feature value is an integer id (a list of ids for multi-hot features), 64-bit signed or
+unsigned; ids are folded into the table's rows as in training (``models.features.fold_id``). ``domain`` is a domain name
 or index (default 0). Sequences longer than the model's ``seq_len`` keep their most recent events.
 Every violation raises :class:`RequestError` with an HTTP status and a message naming the field.
 """
@@ -26,7 +26,15 @@ import numpy.typing as npt
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from ..models.features import CandidateFeatures, CategoricalFeature, FeatureSchema, UserFeatures
+from ..models.features import (
+    ID_MAX,
+    ID_MIN,
+    CandidateFeatures,
+    CategoricalFeature,
+    FeatureSchema,
+    UserFeatures,
+    fold_id,
+)
 from .side_inputs import SideInputs
 
 IntArray = npt.NDArray[np.int64]
@@ -68,16 +76,19 @@ class RankRequest:
 
 def _ids(value: Any, feature: CategoricalFeature, where: str) -> list[int]:
     if isinstance(value, bool) or not isinstance(value, int | list):
-        raise RequestError(422, f"{where}: expected an integer id{' or a list of ids' if feature.multi_hot else ''}")
+        expected = f"{where}: expected an integer id{' or a list of ids' if feature.multi_hot else ''}"
+        if isinstance(value, str):  # the model's tables know 64-bit ids only; the mapping is the team's
+            expected += f", got the string {value[:40]!r}: map string ids to 64-bit integers as the training data does"
+        raise RequestError(422, expected)
     items = value if isinstance(value, list) else [value]
     if isinstance(value, list) and not feature.multi_hot:
         raise RequestError(422, f"{where}: {feature.name} is single-valued; expected one integer id, got a list")
     for v in items:
         if isinstance(v, bool) or not isinstance(v, int):
             raise RequestError(422, f"{where}: ids must be integers, got {v!r}")
-        if v < 0:
-            raise RequestError(422, f"{where}: ids must be >= 0, got {v}")
-    return [v % feature.cardinality for v in items]
+        if not ID_MIN <= v <= ID_MAX:
+            raise RequestError(422, f"{where}: ids are 64-bit integers, signed or unsigned; got {v}")
+    return [fold_id(v, feature.cardinality) for v in items]
 
 
 def _fits_float32(x: float) -> bool:
