@@ -477,3 +477,53 @@ async def test_an_empty_latency_reading_says_how_the_servers_are_scraped(tmp_pat
         await _scraped(url, "count(up == 1)")
         reading = await PrometheusLatencySource(url, timeout_seconds=2).read_latency(NS, PODS[:1])
     assert reading.error is not None and f"Prometheus holds no {metric} series at all" in reading.error
+
+
+async def test_a_prometheus_behind_an_https_gateway_with_a_token_and_a_tenant(
+    exporter: Exporter, prometheus: tuple[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """Real Prometheus behind nginx as production runs it (thanos-querier's token proxy, a Mimir
+    gateway): https signed by a private CA, 401 without the bearer token, 403 without the tenant. The
+    operator's credentials (a token file, re-read each sync, and the CA) with the resource's tenant
+    header read SM active through it; each missing piece is a hold that names what to set."""
+    from gem_operator.autoscaling.access import PrometheusCredentials
+    from gem_testbed.servers.gateway import PrometheusGateway, make_ca_and_certificate
+
+    exporter.set(0.7)
+    url, _ = prometheus
+    await _scraped(url, "count(DCGM_FI_PROF_SM_ACTIVE)")
+    ca, cert, key = make_ca_and_certificate(tmp_path / "pki")
+    token = tmp_path / "token"
+    token.write_text("sa-token-1\n")
+    tenant = {"X-Scope-OrgID": "team-ads"}
+    with PrometheusGateway(
+        url, authorization="Bearer sa-token-1", tenant="team-ads", certificate=cert, key=key
+    ) as gateway:
+
+        async def read(creds: PrometheusCredentials, headers: dict[str, str]) -> MetricReading:
+            source = PrometheusSmActiveSource(gateway.url, timeout_seconds=2, access=creds.access(headers))
+            return await source.read(NS, PODS)
+
+        creds = PrometheusCredentials(bearer_token_file=str(token), ca_file=str(ca))
+        reading = await read(creds, tenant)
+        assert reading.error is None and {s.value for s in reading.samples.values()} == {0.7}
+
+        untrusted = await read(PrometheusCredentials(bearer_token_file=str(token)), tenant)
+        assert untrusted.error is not None and "its TLS certificate is not trusted" in untrusted.error
+        assert "GEM_PROMETHEUS_CA_FILE" in untrusted.error
+
+        no_tenant = await read(creds, {})
+        assert no_tenant.error is not None and "answered HTTP 403" in no_tenant.error
+
+        token.write_text("sa-token-2")  # rotated; the gateway still wants the first
+        refused = await read(creds, tenant)
+        assert refused.error is not None and "answered HTTP 401: it (or a proxy before it) wants credentials" in (
+            refused.error
+        )
+
+        token.unlink()
+        asked = gateway.requests()
+        gone = await read(creds, tenant)
+        assert gone.samples == {} and gone.error is not None
+        assert gone.error.startswith(f"GEM_PROMETHEUS_BEARER_TOKEN_FILE: cannot read {token}")
+        assert gateway.requests() == asked > 0  # nothing asked without the credentials

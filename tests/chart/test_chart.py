@@ -360,6 +360,43 @@ def test_rbac_and_service_account_can_be_disabled(chart: helm.Chart) -> None:
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
 
 
+def test_prometheus_credentials_reach_the_operator_as_files(chart: helm.Chart) -> None:
+    """None by default; a token file is passed as a path (re-read each sync), a password and a CA from a
+    Secret and a ConfigMap are mounted read-only and passed as paths, never as values."""
+    plain = container(render(chart))
+    assert not [e for e in plain["env"] if e["name"].startswith("GEM_PROMETHEUS_")]
+
+    token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    ca = "/var/run/secrets/kubernetes.io/serviceaccount/service-ca.crt"
+    env = {
+        e["name"]: e.get("value")
+        for e in container(render(chart, {"prometheus": {"bearerTokenFile": token, "caFile": ca}}))["env"]
+    }
+    assert env["GEM_PROMETHEUS_BEARER_TOKEN_FILE"] == token and env["GEM_PROMETHEUS_CA_FILE"] == ca
+
+    values = {
+        "prometheus": {
+            "basicAuth": {"username": "team-ads", "passwordSecret": {"name": "mimir-reader", "key": "pw"}},
+            "caConfigMap": {"name": "mimir-ca"},
+        }
+    }
+    docs = render(chart, values)
+    c = container(docs)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["GEM_PROMETHEUS_USERNAME"] == "team-ads"
+    assert env["GEM_PROMETHEUS_PASSWORD_FILE"] == "/etc/gem/prometheus/password/pw"
+    assert env["GEM_PROMETHEUS_CA_FILE"] == "/etc/gem/prometheus/ca/ca.crt"
+    assert "GEM_PROMETHEUS_BEARER_TOKEN_FILE" not in env
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["prometheus-password"]["readOnly"] and mounts["prometheus-ca"]["readOnly"]
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["prometheus-password"]["secret"] == {
+        "secretName": "mimir-reader",
+        "items": [{"key": "pw", "path": "pw"}],
+    }
+    assert volumes["prometheus-ca"]["configMap"]["name"] == "mimir-ca"
+
+
 # -- bad values ------------------------------------------------------------------------------------
 
 BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
@@ -385,6 +422,8 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("relative hostPath", {"modelCache": {"hostPath": "cache"}}, "/modelCache/hostPath"),
     ("root cache owner", {"modelCache": {"cacheOwner": {"uid": 0, "gid": 0}}}, "/modelCache/cacheOwner/uid"),
     ("replicas as string", {"replicaCount": "2"}, "/replicaCount"),
+    ("relative token file", {"prometheus": {"bearerTokenFile": "token"}}, "/prometheus/bearerTokenFile"),
+    ("bad ca configmap", {"prometheus": {"caConfigMap": {"name": "Team_CA"}}}, "/prometheus/caConfigMap/name"),
 ]
 
 # Cross-field rules the schema cannot express: the templates `fail` with a message naming the fix.
@@ -401,6 +440,16 @@ BAD_COMBINATIONS: list[tuple[str, dict[str, Any], str]] = [
     ("latest tag", {"image": {"tag": "latest"}}, "image.tag=latest is not allowed"),
     ("latest cache tag", {"modelCache": {"enabled": True, "image": {"tag": "latest"}}}, "modelCache.image.tag=latest"),
     ("sa without name", {"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
+    (
+        "token and basic auth",
+        {"prometheus": {"bearerTokenFile": "/t", "basicAuth": {"username": "u", "passwordSecret": {"name": "p"}}}},
+        "set bearerTokenFile or basicAuth, not both",
+    ),
+    (
+        "user without password",
+        {"prometheus": {"basicAuth": {"username": "u"}}},
+        "prometheus.basicAuth.username needs prometheus.basicAuth.passwordSecret.name",
+    ),
 ]
 
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from gem_operator.autoscaling.access import PrometheusCredentials
 from gem_operator.autoscaling.policy import PrecomputeSignals
 from gem_operator.autoscaling.sources import SimulatedSource
 from gem_operator.cli.operator import OperatorThread
-from gem_operator.controllers.autoscaler import use_metric_sources
+from gem_operator.controllers.autoscaler import use_metric_sources, use_prometheus_credentials
 from gem_testbed.cluster import EmbeddedCluster
 from gem_testbed.servers.dcgm import SmActiveSimulator
 
@@ -99,6 +100,32 @@ def test_replicas_follow_load_and_hold_without_metrics(
         assert deployment_replicas(cluster, "ranker-server") == low
     finally:
         dcgm.stop()
+
+
+def test_the_operators_prometheus_credentials_reach_each_sync(
+    cluster: EmbeddedCluster, start_operator: type[OperatorThread], tmp_path: Any
+) -> None:
+    """Prometheus read as on a real cluster (no simulated source), with the operator's credentials:
+    a token file that cannot be read holds the pool and says which setting and file, in the
+    MetricsUnavailable condition, before anything is asked of Prometheus."""
+    use_metric_sources(None, None)
+    token = tmp_path / "token"
+    use_prometheus_credentials(PrometheusCredentials(bearer_token_file=str(token)))
+    try:
+        start_operator()  # type: ignore[call-arg]
+        prometheus = {"url": "http://127.0.0.1:9", "headers": {"X-Scope-OrgID": "team-ads"}}
+        cluster.apply(ranker(metrics={"prometheus": prometheus}))
+
+        def unavailable() -> str:
+            for c in status(cluster, "RankingService", "ranker").get("conditions", []):
+                if c["type"] == "MetricsUnavailable" and c["status"] == "True":
+                    return str(c.get("message", ""))
+            return ""
+
+        cluster.wait_for(lambda: "GEM_PROMETHEUS_BEARER_TOKEN_FILE" in unavailable(), timeout=30)
+        assert f"GEM_PROMETHEUS_BEARER_TOKEN_FILE: cannot read {token}" in unavailable()
+    finally:
+        use_prometheus_credentials(PrometheusCredentials())
 
 
 def test_disabled_autoscaler_leaves_replicas_to_spec(cluster: EmbeddedCluster, source: SimulatedSource,

@@ -6,9 +6,10 @@ The defaults follow the HorizontalPodAutoscaler so that people who know HPA get 
 
 from __future__ import annotations
 
-from typing import Literal, Self
+import re
+from typing import Annotated, Literal, Self
 
-from pydantic import ConfigDict, Field, JsonValue, model_validator
+from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from gem_operator.api.common import ApiModel
 
@@ -98,6 +99,11 @@ class ScalingPolicies(ApiModel):
     )
 
 
+# RFC 9110's token: what an HTTP header name may hold.
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
 class PrometheusSource(ApiModel):
     """Where SM utilisation is read: the Prometheus HTTP API (/api/v1/query)."""
 
@@ -113,6 +119,30 @@ class PrometheusSource(ApiModel):
         max_length=4096,
         description="PromQL returning SM active (0-1) per pod; $namespace and $pods are substituted.",
     )
+    headers: dict[str, Annotated[str, Field(max_length=1024, description="The header's value.")]] | None = Field(
+        default=None,
+        max_length=16,
+        description=(
+            "Headers sent with every query of this resource, e.g. X-Scope-OrgID: team-ads for a multi-tenant "
+            "Mimir, Cortex or Thanos. Not for credentials: the operator sends its own (GEM_PROMETHEUS_* settings)."
+        ),
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, headers: dict[str, str] | None) -> dict[str, str] | None:
+        for name, value in (headers or {}).items():
+            if not HEADER_NAME.fullmatch(name):
+                raise ValueError(f"headers: {name!r} is not an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)")
+            if name.lower() in CREDENTIAL_HEADERS:
+                raise ValueError(
+                    f"headers: {name} carries a credential, which a resource's spec would show to everyone who can "
+                    "read it: give the operator its Prometheus credentials instead (chart values prometheus.*, "
+                    "docs/dcgm-exporter.md)"
+                )
+            if any(c in value for c in "\r\n\0"):
+                raise ValueError(f"headers: the value of {name} holds a line break or NUL")
+        return headers
 
 
 class QueueSignal(ApiModel):

@@ -33,6 +33,8 @@ _KEEP = {
     "maxLength",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "items",
     "properties",
     "required",

@@ -29,6 +29,7 @@ from gem_operator.api.autoscaling import (
     PrometheusSource,
     QueueSignal,
 )
+from gem_operator.autoscaling.access import NO_ACCESS_SETTINGS, PrometheusAccess
 from gem_operator.autoscaling.diagnosis import Count, why_no_server_series, why_no_sm_samples
 from gem_operator.autoscaling.observation import LatencyReading, MetricReading, PodSample, PrecomputeSignals
 
@@ -60,6 +61,9 @@ def _promql_string_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
+CREDENTIALS_DOC = "docs/dcgm-exporter.md, section 5"
+
+
 class PrometheusError(Exception):
     """Prometheus could not answer a query (the message says why)."""
 
@@ -78,8 +82,10 @@ class PrometheusSmActiveSource:
         timestamp_query: str | None = None,
         timeout_seconds: float = 5.0,
         session: aiohttp.ClientSession | None = None,
+        access: PrometheusAccess = NO_ACCESS_SETTINGS,
     ) -> None:
         self.url = url.rstrip("/")
+        self.access = access
         self.query = query
         if timestamp_query is None and query == DEFAULT_SM_QUERY:
             timestamp_query = DEFAULT_SM_TIMESTAMP_QUERY
@@ -89,14 +95,19 @@ class PrometheusSmActiveSource:
 
     @classmethod
     def for_queue(
-        cls, spec: PrometheusSource, queue: QueueSignal, *, timeout_seconds: float = 5.0
+        cls,
+        spec: PrometheusSource,
+        queue: QueueSignal,
+        *,
+        timeout_seconds: float = 5.0,
+        access: PrometheusAccess = NO_ACCESS_SETTINGS,
     ) -> PrometheusSmActiveSource:
         """The same reader for `metrics.queue.query` (queued seconds of work per pod).
 
         Same contract: any failure is `MetricReading.unavailable`, which the policy treats as an
         empty queue (the queue can only raise a recommendation). Samples carry the evaluation time.
         """
-        return cls(spec.url, queue.query, timeout_seconds=timeout_seconds)
+        return cls(spec.url, queue.query, timeout_seconds=timeout_seconds, access=access)
 
     @classmethod
     def from_spec(
@@ -105,12 +116,15 @@ class PrometheusSmActiveSource:
         *,
         timeout_seconds: float = 5.0,
         session: aiohttp.ClientSession | None = None,
+        access: PrometheusAccess = NO_ACCESS_SETTINGS,
     ) -> PrometheusSmActiveSource:
-        return cls(spec.url, spec.query, timeout_seconds=timeout_seconds, session=session)
+        return cls(spec.url, spec.query, timeout_seconds=timeout_seconds, session=session, access=access)
 
     async def read(self, namespace: str, pods: Sequence[str]) -> MetricReading:
         if not pods:
             return MetricReading.unavailable("no pods to read metrics for")
+        if self.access.error is not None:
+            return MetricReading.unavailable(self.access.error)
         try:
             if self._session is not None:
                 return await self._read(self._session, namespace, pods)
@@ -147,24 +161,42 @@ class PrometheusSmActiveSource:
     async def _why_no_samples(self, session: aiohttp.ClientSession, namespace: str, pods: Sequence[str]) -> str:
         """For the default query, which usual cause emptied the reading (`diagnosis.py`)."""
         try:
-            return await why_no_sm_samples(_counter(session, self.url, namespace, pods, self.timeout_seconds))
+            count = _counter(session, self.url, namespace, pods, self.timeout_seconds, self.access)
+            return await why_no_sm_samples(count)
         except PrometheusError:
             return ""
 
     async def _query(self, session: aiohttp.ClientSession, query: str) -> dict[str, tuple[float, float]]:
         """pod -> (value, evaluation time). Raises PrometheusError on any failure."""
         endpoint = f"{self.url}/api/v1/query"
-        return parse_vector(await instant_query(session, endpoint, query, self.timeout_seconds), endpoint)
+        body = await instant_query(session, endpoint, query, self.timeout_seconds, self.access)
+        return parse_vector(body, endpoint)
 
 
-async def instant_query(session: aiohttp.ClientSession, endpoint: str, query: str, timeout_seconds: float) -> Any:
-    """GET `endpoint` (`/api/v1/query`) for `query`; the decoded JSON body. Raises PrometheusError on
-    a timeout, an unreachable server, a non-200 answer or a body that is not JSON."""
+async def instant_query(
+    session: aiohttp.ClientSession,
+    endpoint: str,
+    query: str,
+    timeout_seconds: float,
+    access: PrometheusAccess = NO_ACCESS_SETTINGS,
+) -> Any:
+    """GET `endpoint` (`/api/v1/query`) for `query` with `access`'s headers and TLS context; the
+    decoded JSON body. Raises PrometheusError on a timeout, an unreachable server, a non-200 answer
+    or a body that is not JSON."""
     try:
         async with session.get(
-            endpoint, params={"query": query}, timeout=aiohttp.ClientTimeout(total=timeout_seconds)
+            endpoint,
+            params={"query": query},
+            headers=dict(access.headers),
+            ssl=access.ssl_context if access.ssl_context is not None else True,
+            timeout=aiohttp.ClientTimeout(total=timeout_seconds),
         ) as resp:
             text = await resp.text()
+            if resp.status in (401, 403):
+                raise PrometheusError(
+                    f"{endpoint} answered HTTP {resp.status}: it (or a proxy before it) wants credentials the "
+                    f"operator did not send or that it refused: {text[:200]}; see {CREDENTIALS_DOC}"
+                )
             if resp.status != 200:
                 raise PrometheusError(f"{endpoint} answered HTTP {resp.status}: {text[:200]}")
             try:
@@ -173,19 +205,29 @@ async def instant_query(session: aiohttp.ClientSession, endpoint: str, query: st
                 raise PrometheusError(f"{endpoint} returned a body that is not JSON: {text[:200]}") from exc
     except TimeoutError as exc:
         raise PrometheusError(f"{endpoint} timed out after {timeout_seconds:g}s") from exc
+    except aiohttp.ClientConnectorCertificateError as exc:
+        raise PrometheusError(
+            f"{endpoint}: its TLS certificate is not trusted ({exc.certificate_error}): give the operator the CA "
+            f"that signed it (GEM_PROMETHEUS_CA_FILE; {CREDENTIALS_DOC})"
+        ) from exc
     except aiohttp.ClientError as exc:
         raise PrometheusError(f"{endpoint} unreachable: {exc}") from exc
 
 
 def _counter(
-    session: aiohttp.ClientSession, url: str, namespace: str, pods: Sequence[str], timeout_seconds: float
+    session: aiohttp.ClientSession,
+    url: str,
+    namespace: str,
+    pods: Sequence[str],
+    timeout_seconds: float,
+    access: PrometheusAccess,
 ) -> Count:
     """A diagnosis's `count`: one instant query, `$namespace`/`$pods` rendered; 0 for an empty vector."""
     endpoint = f"{url}/api/v1/query"
 
     async def count(query: str) -> float:
-        body = await instant_query(session, endpoint, render_query(query, namespace, pods), timeout_seconds)
-        return _scalar(body, endpoint) or 0.0
+        rendered = render_query(query, namespace, pods)
+        return _scalar(await instant_query(session, endpoint, rendered, timeout_seconds, access), endpoint) or 0.0
 
     return count
 
@@ -258,8 +300,10 @@ class PrometheusLatencySource:
         *,
         timestamp_query: str | None = None,
         timeout_seconds: float = 5.0,
+        access: PrometheusAccess = NO_ACCESS_SETTINGS,
     ) -> None:
         self.url = url.rstrip("/")
+        self.access = access
         self.query = query
         if timestamp_query is None and query == DEFAULT_LATENCY_QUERY:
             timestamp_query = DEFAULT_LATENCY_TIMESTAMP_QUERY
@@ -268,13 +312,20 @@ class PrometheusLatencySource:
 
     @classmethod
     def from_spec(
-        cls, spec: PrometheusSource, latency: LatencySignal, *, timeout_seconds: float = 5.0
+        cls,
+        spec: PrometheusSource,
+        latency: LatencySignal,
+        *,
+        timeout_seconds: float = 5.0,
+        access: PrometheusAccess = NO_ACCESS_SETTINGS,
     ) -> PrometheusLatencySource:
-        return cls(spec.url, latency.query, timeout_seconds=timeout_seconds)
+        return cls(spec.url, latency.query, timeout_seconds=timeout_seconds, access=access)
 
     async def read_latency(self, namespace: str, pods: Sequence[str]) -> LatencyReading:
         if not pods:
             return LatencyReading.unavailable("no pods to read latency for")
+        if self.access.error is not None:
+            return LatencyReading.unavailable(self.access.error)
         timeout = aiohttp.ClientTimeout(total=self.timeout_seconds)
         why = ""
         try:
@@ -304,7 +355,7 @@ class PrometheusLatencySource:
     async def _why_empty(self, session: aiohttp.ClientSession, namespace: str, pods: Sequence[str]) -> str:
         """For the default query, which usual cause left it without series (`diagnosis.py`)."""
         try:
-            count = _counter(session, self.url, namespace, pods, self.timeout_seconds)
+            count = _counter(session, self.url, namespace, pods, self.timeout_seconds, self.access)
             return await why_no_server_series(count, LATENCY_METRIC)
         except PrometheusError:
             return ""
@@ -312,7 +363,8 @@ class PrometheusLatencySource:
     async def _one(self, session: aiohttp.ClientSession, query: str) -> tuple[float, float] | None:
         """The first sample of an instant vector as (value, evaluation time); None when empty."""
         endpoint = f"{self.url}/api/v1/query"
-        result = vector_result(await instant_query(session, endpoint, query, self.timeout_seconds), endpoint)
+        body = await instant_query(session, endpoint, query, self.timeout_seconds, self.access)
+        result = vector_result(body, endpoint)
         if not result:
             return None
         try:
@@ -413,18 +465,20 @@ class PrometheusPrecomputeSignals:
     down on backlog nor yields GPUs on a latency it did not see.
     """
 
-    def __init__(self, url: str, *, timeout_seconds: float = 5.0) -> None:
+    def __init__(
+        self, url: str, *, timeout_seconds: float = 5.0, access: PrometheusAccess = NO_ACCESS_SETTINGS
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
+        self.access = access
 
     async def _value(self, session: aiohttp.ClientSession, query: str) -> float | None:
+        if self.access.error is not None:
+            return None
         endpoint = f"{self.url}/api/v1/query"
         try:
-            async with session.get(endpoint, params={"query": query}) as resp:
-                if resp.status != 200:
-                    return None
-                return _scalar(await resp.json(content_type=None), endpoint)
-        except (TimeoutError, aiohttp.ClientError, ValueError, PrometheusError):
+            return _scalar(await instant_query(session, endpoint, query, self.timeout_seconds, self.access), endpoint)
+        except PrometheusError:
             return None
 
     async def read_precompute(

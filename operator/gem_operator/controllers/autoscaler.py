@@ -14,6 +14,7 @@ from typing import Any
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
+from gem_operator.autoscaling.access import PrometheusAccess, PrometheusCredentials
 from gem_operator.autoscaling.policy import (
     Decision,
     Observation,
@@ -40,6 +41,13 @@ SourceFactory = Callable[[AutoscalingSpec], MetricSource]
 SignalFactory = Callable[[AutoscalingSpec], PrecomputeSignalSource]
 LatencyFactory = Callable[[AutoscalingSpec], LatencySource]
 _sources: dict[str, Any] = {}
+# The operator's own Prometheus credentials (GEM_PROMETHEUS_*), checked as the handlers load.
+_credentials: list[PrometheusCredentials] = [PrometheusCredentials.from_env()]
+
+
+def use_prometheus_credentials(credentials: PrometheusCredentials) -> None:
+    """Replace the credentials read from the environment at start (tests, embedded drivers)."""
+    _credentials[0] = credentials
 
 
 def use_metric_sources(
@@ -60,32 +68,32 @@ def use_metric_sources(
     _sources["latency"] = latency
 
 
-def _sm_source(spec: AutoscalingSpec) -> MetricSource:
+def _sm_source(spec: AutoscalingSpec, access: PrometheusAccess) -> MetricSource:
     factory = _sources.get("sm")
-    return factory(spec) if factory else PrometheusSmActiveSource.from_spec(spec.metrics.prometheus)
+    return factory(spec) if factory else PrometheusSmActiveSource.from_spec(spec.metrics.prometheus, access=access)
 
 
-def _queue_source(spec: AutoscalingSpec) -> MetricSource | None:
+def _queue_source(spec: AutoscalingSpec, access: PrometheusAccess) -> MetricSource | None:
     factory = _sources.get("queue")
     if factory:
         return factory(spec)  # type: ignore[no-any-return]
     if _sources.get("sm") or not spec.metrics.queue.enabled:
         return None
-    return PrometheusSmActiveSource.for_queue(spec.metrics.prometheus, spec.metrics.queue)
+    return PrometheusSmActiveSource.for_queue(spec.metrics.prometheus, spec.metrics.queue, access=access)
 
 
-def _latency_source(spec: AutoscalingSpec) -> LatencySource | None:
+def _latency_source(spec: AutoscalingSpec, access: PrometheusAccess) -> LatencySource | None:
     factory = _sources.get("latency")
     if factory:
         return factory(spec)  # type: ignore[no-any-return]
     if _sources.get("sm") or not spec.metrics.latency.enabled or not spec.slo_feedback.enabled:
         return None
-    return PrometheusLatencySource.from_spec(spec.metrics.prometheus, spec.metrics.latency)
+    return PrometheusLatencySource.from_spec(spec.metrics.prometheus, spec.metrics.latency, access=access)
 
 
-def _precompute_source(spec: AutoscalingSpec) -> PrecomputeSignalSource:
+def _precompute_source(spec: AutoscalingSpec, access: PrometheusAccess) -> PrecomputeSignalSource:
     factory = _sources.get("precompute")
-    return factory(spec) if factory else PrometheusPrecomputeSignals(spec.metrics.prometheus.url)
+    return factory(spec) if factory else PrometheusPrecomputeSignals(spec.metrics.prometheus.url, access=access)
 
 
 def free_gpus(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]) -> int:
@@ -98,7 +106,9 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def _precompute_signals(ctx: PassContext, spec: SolarisPrecomputeSpec, pods: Sequence[str]) -> PrecomputeSignals:
+async def _precompute_signals(
+    ctx: PassContext, spec: SolarisPrecomputeSpec, pods: Sequence[str], access: PrometheusAccess
+) -> PrecomputeSignals:
     ranker_pods: list[str] = []
     slo_ms: float | None = None
     if spec.autoscaling.yield_to:
@@ -107,7 +117,8 @@ async def _precompute_signals(ctx: PassContext, spec: SolarisPrecomputeSpec, pod
             slo_ms = float(((ranker.get("spec") or {}).get("slo") or {}).get("p99LatencyMs", 50.0))
             labels = {LABEL_KIND: "rankingservice", LABEL_INSTANCE: spec.autoscaling.yield_to, LABEL_ROLE: ROLE_SERVER}
             ranker_pods = [p["metadata"]["name"] for p in await ctx.kube.list("v1", "Pod", ctx.namespace, labels)]
-    return await _precompute_source(spec.autoscaling).read_precompute(ctx.namespace, pods, ranker_pods, slo_ms)
+    source = _precompute_source(spec.autoscaling, access)
+    return await source.read_precompute(ctx.namespace, pods, ranker_pods, slo_ms)
 
 
 def scaled_event(decision: Decision) -> str:
@@ -140,21 +151,23 @@ async def autoscale(
         state = ScalerState()  # forgetting history is safe: windows restart empty
     states = pod_states(pods)
     serving = [s.name for s in states if s.serving]
-    reading = await _sm_source(scaling).read(ctx.namespace, serving or [s.name for s in states])
+    # Files read now: a rotated token or a changed CA is used from this sync on.
+    access = _credentials[0].access(scaling.metrics.prometheus.headers or {})
+    reading = await _sm_source(scaling, access).read(ctx.namespace, serving or [s.name for s in states])
     nodes = await ctx.kube.list("v1", "Node", None)
     all_pods = await ctx.kube.list("v1", "Pod", None)
     precompute = None
     if isinstance(spec, SolarisPrecomputeSpec):
-        precompute = await _precompute_signals(ctx, spec, [s.name for s in states])
+        precompute = await _precompute_signals(ctx, spec, [s.name for s in states], access)
     queue = None
-    queue_source = _queue_source(scaling) if isinstance(spec, RankingServiceSpec) else None
+    queue_source = _queue_source(scaling, access) if isinstance(spec, RankingServiceSpec) else None
     if queue_source is not None and serving:
         queue = await queue_source.read(ctx.namespace, serving)
     latency = None
     slo_ms = None
     if isinstance(spec, RankingServiceSpec):
         slo_ms = spec.slo.p99_latency_ms
-        latency_source = _latency_source(scaling)
+        latency_source = _latency_source(scaling, access)
         if latency_source is not None and serving:
             latency = await latency_source.read_latency(ctx.namespace, serving)
     observation = Observation(

@@ -51,38 +51,12 @@ def parse_rate(text: str) -> int:
     return rate * scale
 
 
-class NginxOrigin(LocalServer):
-    """Serve `root` at `url` with every request capped at `rate` bytes/s (0: uncapped)."""
-
-    def __init__(self, root: Path, *, rate: int, work_dir: Path | None = None) -> None:
-        self.root = Path(root).resolve()
-        self.rate = rate
-        super().__init__(work_dir, "gem-sim-origin-")
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+class NginxServer(LocalServer):
+    """Debian's nginx on a free loopback port, configured by the subclass's `config()` (which may
+    use `self.port` and `self.work_dir`, both set before it is called)."""
 
     def config(self) -> str:
-        temps = "\n".join(f"  {k}_temp_path {self.work_dir}/{k};" for k in _TEMP_DIRS)
-        return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {self.work_dir}/nginx.pid;
-error_log {self.work_dir}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-  default_type application/octet-stream;
-  sendfile on;
-  keepalive_requests 100000;
-  access_log {self.work_dir}/access.log;
-{temps}
-  server {{
-    listen {LOOPBACK}:{self.port};
-    location / {{ root {self.root}; limit_rate {self.rate}; }}
-  }}
-}}
-"""
+        raise NotImplementedError
 
     def start(self, timeout: float = 15.0) -> None:
         binary = nginx_binary()
@@ -111,9 +85,48 @@ http {{
         raise OriginError(f"nginx did not listen on {LOOPBACK}:{self.port} within {timeout:g} s")
 
     def requests(self) -> int:
-        """Requests served so far (lines of the access log)."""
+        """Requests answered so far (lines of the access log)."""
         log = self.work_dir / "access.log"
         return len(log.read_text().splitlines()) if log.exists() else 0
 
+    def head(self) -> str:
+        """The configuration every such server shares: one process in the foreground, files in work_dir."""
+        temps = "\n".join(f"  {k}_temp_path {self.work_dir}/{k};" for k in _TEMP_DIRS)
+        return f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {self.work_dir}/nginx.pid;
+error_log {self.work_dir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log {self.work_dir}/access.log;
+{temps}
+"""
 
-__all__ = ["NginxOrigin", "OriginError", "nginx_binary", "parse_rate"]
+
+class NginxOrigin(NginxServer):
+    """Serve `root` at `url` with every request capped at `rate` bytes/s (0: uncapped)."""
+
+    def __init__(self, root: Path, *, rate: int, work_dir: Path | None = None) -> None:
+        self.root = Path(root).resolve()
+        self.rate = rate
+        super().__init__(work_dir, "gem-sim-origin-")
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def config(self) -> str:
+        return f"""{self.head()}
+  default_type application/octet-stream;
+  sendfile on;
+  keepalive_requests 100000;
+  server {{
+    listen {LOOPBACK}:{self.port};
+    location / {{ root {self.root}; limit_rate {self.rate}; }}
+  }}
+}}
+"""
+
+
+__all__ = ["NginxOrigin", "NginxServer", "OriginError", "nginx_binary", "parse_rate"]
