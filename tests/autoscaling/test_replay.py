@@ -450,6 +450,26 @@ def test_static_peak_is_never_below_min_replicas(tmp_path: Path, service: Path) 
     assert sizing == {"set_by": "spec.autoscaling.minReplicas", "peak_load_needs": need}
 
 
+def test_a_service_with_its_autoscaler_off_is_told_what_enabling_it_would_do(tmp_path: Path) -> None:
+    """A team replays the service it runs today, with the built-in autoscaler off and spec.replicas
+    set: the report says the operator holds those replicas, and the policy row is the what-if."""
+    off = tmp_path / "off.yaml"
+    off.write_text(SERVICE_YAML.replace("autoscaling: {", "replicas: 7\n  autoscaling: {enabled: false, "))
+    report = run_replay(step_trace(tmp_path), off)
+    note = (
+        "note: spec.autoscaling.enabled is false: the operator holds spec.replicas (7) for this service; "
+        "the policy row is what enabling the autoscaler would do"
+    )
+    assert note in report.to_table()
+    assert report.to_dict(timeline=False)["autoscaling_disabled"] == {"replicas": 7}
+    on_file = tmp_path / "on.yaml"
+    on_file.write_text(SERVICE_YAML)
+    on = run_replay(step_trace(tmp_path), on_file)
+    assert "autoscaling_disabled" not in on.to_dict(timeline=False)
+    assert "spec.autoscaling.enabled is false" not in on.to_table()
+    assert on.results[POLICY].gpu_hours == report.results[POLICY].gpu_hours  # the what-if runs as if on
+
+
 def test_main_json_table_and_plot(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = step_trace(tmp_path)
     png = tmp_path / "replay.png"

@@ -326,6 +326,7 @@ def simulate(
         ceiling_replicas=ceiling,
         ceiling_source=ceiling_source,
         static_set_by=static_set_by,
+        fixed_replicas=None if a.enabled else spec.replicas,
         peak_load_replicas=max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9)),
     )
 

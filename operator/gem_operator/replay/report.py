@@ -92,6 +92,9 @@ class ReplayReport:
     time_note: str = ""  # how numeric time stamps were read, when not as seconds
     static_set_by: str = "peak load"  # what sized the static pool: the peak load, minReplicas above it, or given
     peak_load_replicas: int | None = None  # the replicas the peak second needs at the target utilisation
+    # spec.replicas when the service's built-in autoscaler is off (the operator then holds it): the
+    # policy row is then what turning it on would do, and the report says so.
+    fixed_replicas: int | None = None
 
     @property
     def minutes(self) -> int:
@@ -114,6 +117,7 @@ class ReplayReport:
             "slo_p99_ms": self.slo_ms,
             "ceiling": {"replicas": self.ceiling_replicas, "set_by": self.ceiling_source},
             "static_peak_sizing": {"set_by": self.static_set_by, "peak_load_needs": self.peak_load_replicas},
+            **({"autoscaling_disabled": {"replicas": self.fixed_replicas}} if self.fixed_replicas is not None else {}),
             "service_model": self.model.describe(),
             "policy": self.results[POLICY].summary(),
             "baselines": {k: self.results[k].summary() for k in (STATIC_PEAK, HPA_RPS)},
@@ -173,6 +177,11 @@ class ReplayReport:
         and SLO minutes spent holding that ceiling. Without them a replay of a
         trace the service was never sized for reads as a policy that does not scale."""
         notes = []
+        if self.fixed_replicas is not None:
+            notes.append(
+                "note: spec.autoscaling.enabled is false: the operator holds spec.replicas "
+                f"({self.fixed_replicas}) for this service; the policy row is what enabling the autoscaler would do"
+            )
         static = self.results.get(STATIC_PEAK)
         if static is not None and self.static_set_by == "spec.autoscaling.minReplicas":
             notes.append(
