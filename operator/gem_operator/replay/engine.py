@@ -203,6 +203,18 @@ def warmup_minutes(model: ServiceModel, sync_seconds: float, minutes: int) -> in
 MAX_SIMULATED_REPLICAS = 1_000_000
 
 
+def static_pool(peak_need: int, min_replicas: int, given: int | None) -> tuple[int, str]:
+    """The static pool's size and what set it: `given` (the load test's), else the peak second's
+    need, never below minReplicas. A team that keeps minReplicas (zones, redundancy) would not
+    provision fewer statically: below it, "vs static" would charge the autoscaled pools for a floor
+    static never paid."""
+    if given is not None:
+        return max(1, given), "given"
+    if min_replicas > peak_need:
+        return min_replicas, "spec.autoscaling.minReplicas"
+    return peak_need, "peak load"
+
+
 def simulate(
     load: LoadSeries,
     spec: RankingServiceSpec,
@@ -242,14 +254,8 @@ def simulate(
     # Peak minute of load, sized at the target utilisation.
     minute_load = [sum(cost[m * 60 : (m + 1) * 60]) / len(cost[m * 60 : (m + 1) * 60]) for m in range(minutes)]
     minute_reqs = [sum(reqs[m * 60 : (m + 1) * 60]) / len(reqs[m * 60 : (m + 1) * 60]) for m in range(minutes)]
-    static_n = max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9))
-    static_set_by = "peak load"
-    if static_replicas is not None:
-        static_n, static_set_by = max(1, static_replicas), "given"
-    elif a.min_replicas > static_n:
-        # A team that keeps minReplicas (zones, redundancy) would not provision fewer statically:
-        # below it, "vs static" would charge the autoscaled pools for a floor static never paid.
-        static_n, static_set_by = a.min_replicas, "spec.autoscaling.minReplicas"
+    peak_need = max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9))
+    static_n, static_set_by = static_pool(peak_need, a.min_replicas, static_replicas)
     if static_n > MAX_SIMULATED_REPLICAS:
         raise TraceError(
             f"{trace}: the static pool for the peak second would need {static_n:,} replicas (peak load "
@@ -327,7 +333,7 @@ def simulate(
         ceiling_source=ceiling_source,
         static_set_by=static_set_by,
         fixed_replicas=None if a.enabled else spec.replicas,
-        peak_load_replicas=max(1, math.ceil(max(cost) / per_replica_at_target - 1e-9)),
+        peak_load_replicas=peak_need,
     )
 
 
@@ -537,6 +543,7 @@ __all__ = [
     "run_pool",
     "run_replay",
     "simulate",
+    "static_pool",
     "to_series",
     "warmup_minutes",
 ]

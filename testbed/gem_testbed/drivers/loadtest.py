@@ -52,7 +52,15 @@ import yaml
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.argtypes import non_negative_float, positive_float, positive_int
-from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, TraceError, load_service, load_trace
+from gem_operator.replay.engine import (
+    HPA_RPS,
+    POLICY,
+    STATIC_PEAK,
+    TraceError,
+    load_service,
+    load_trace,
+    static_pool,
+)
 from gem_operator.replay.report import most_in_an_hour
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
 from gem_operator.replay.traces import TIME_UNITS, time_note
@@ -324,7 +332,8 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
     target_util = model0.utilisation_for_sm(spec.autoscaling.target_sm_active)
     per_replica = target_util * model0.throughput_per_replica
     # As `gemop replay` sizes it: the segment's peak, never below minReplicas.
-    static_n = max(1, spec.autoscaling.min_replicas, math.ceil(segment.peak_rps() / per_replica - 1e-9))
+    peak_need = max(1, math.ceil(segment.peak_rps() / per_replica - 1e-9))
+    static_n, _ = static_pool(peak_need, spec.autoscaling.min_replicas, None)
     first_minute = sum(1 for t in segment.times if t < 60) / 60.0
     start_n = min(
         spec.autoscaling.max_replicas, max(spec.autoscaling.min_replicas, math.ceil(first_minute / per_replica))
