@@ -317,3 +317,36 @@ async def test_an_empty_custom_latency_query_is_not_diagnosed(fake_prom: Callabl
     rendered = render_query(query, "ns", ["p0"])
     assert reading.error == f"query returned no series for 1 pods in namespace 'ns': {rendered}"
     assert seen == [rendered]
+
+
+async def test_an_unknown_backlog_says_why(fake_prom: Callable[[Handler], Awaitable[str]], tmp_path: Any) -> None:
+    """The precompute pool blocks scale-down while its backlog is unknown: the reason says why, the
+    scrape's usual causes included (the workers serve it on their `metrics` port)."""
+    from gem_operator.autoscaling.access import PrometheusCredentials
+    from gem_operator.autoscaling.sources import PrometheusPrecomputeSignals
+
+    async def empty(request: web.Request) -> web.Response:
+        return web.json_response(scalar_vector(None))
+
+    url = await fake_prom(empty)
+    signals = await PrometheusPrecomputeSignals(url).read_precompute("ns", ["w0"], [], None)
+    assert signals.backlog is None
+    assert signals.backlog_error.startswith("no gem_precompute_backlog series for 1 pods in namespace 'ns'; ")
+    assert "are the precompute workers scraped? They serve /metrics on their `metrics` port" in signals.backlog_error
+
+    async def down(request: web.Request) -> web.Response:
+        return web.Response(status=503, text="overloaded")
+
+    signals = await PrometheusPrecomputeSignals(await fake_prom(down)).read_precompute("ns", ["w0"], [], None)
+    assert signals.backlog is None and "answered HTTP 503: overloaded" in signals.backlog_error
+
+    token = tmp_path / "token"
+    access = PrometheusCredentials(bearer_token_file=str(token)).access({})
+    signals = await PrometheusPrecomputeSignals(url, access=access).read_precompute("ns", ["w0"], [], None)
+    assert signals.backlog_error.startswith("GEM_PROMETHEUS_BEARER_TOKEN_FILE: cannot read")
+
+    async def known(request: web.Request) -> web.Response:
+        return web.json_response(scalar_vector("12"))
+
+    signals = await PrometheusPrecomputeSignals(await fake_prom(known)).read_precompute("ns", ["w0"], [], None)
+    assert (signals.backlog, signals.backlog_error) == (12, "")

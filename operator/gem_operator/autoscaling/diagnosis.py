@@ -50,10 +50,10 @@ async def why_no_sm_samples(count: Count) -> str:
     return ""
 
 
-async def why_no_server_series(count: Count, metric: str) -> str:
-    """A ranking server's own series (`metric`, the raw name the default query reads): unlike
-    dcgm-exporter's, their namespace and pod labels come from the scrape, so the usual causes are a
-    scrape that does not reach the servers or one that names those labels otherwise."""
+async def why_no_server_series(count: Count, metric: str, who: str = "ranking servers", port: str = "http") -> str:
+    """A workload's own series (`metric`, the raw name the default query reads; `who` serve it on
+    their `port`): unlike dcgm-exporter's, their namespace and pod labels come from the scrape, so
+    the usual causes are a scrape that does not reach them or one that names those labels otherwise."""
     if await count(f'count({metric}{{kubernetes_namespace="$namespace", kubernetes_pod_name=~"$pods"}})') > 0:
         # The names of the older `kubernetes-pods` job of Prometheus's example configuration.
         return (
@@ -65,13 +65,13 @@ async def why_no_server_series(count: Count, metric: str) -> str:
     total = await count(f"count({metric})")
     if total == 0:
         return (
-            f"Prometheus holds no {metric} series at all: are the ranking servers scraped? They serve "
-            f"/metrics on their `http` port ({_SERVER_DOC})"
+            f"Prometheus holds no {metric} series at all: are the {who} scraped? They serve "
+            f"/metrics on their `{port}` port ({_SERVER_DOC})"
         )
     if await count(f'count({metric}{{pod!=""}})') == 0:
         return (
             f"none of its {total:.0f} {metric} series has a pod label: the scrape must label each "
-            "server with its namespace and pod (a PodMonitor does; a kubernetes_sd_configs job "
+            "pod's series with its namespace and pod (a PodMonitor does; a kubernetes_sd_configs job "
             f"relabels __meta_kubernetes_namespace and __meta_kubernetes_pod_name; {_SERVER_DOC})"
         )
     return ""

@@ -75,6 +75,7 @@ class PrecomputeSignals:
     oldest_item_age_seconds: float | None = None
     ranker_over_slo: bool = False
     ranker_message: str = ""
+    backlog_error: str = ""  # why the backlog is unknown, when it is (said with the scale-down it blocks)
 
 
 @dataclass(frozen=True)

@@ -427,6 +427,7 @@ class SimulatedSource:
 # --------------------------------------------------------------------------- precompute signals
 
 # Metric names the workloads export (docs/contracts.md).
+BACKLOG_METRIC = "gem_precompute_backlog"
 BACKLOG_QUERY = 'sum(gem_precompute_backlog{namespace="$namespace", pod=~"$pods"})'
 OLDEST_AGE_QUERY = 'max(gem_precompute_oldest_item_age_seconds{namespace="$namespace", pod=~"$pods"})'
 RANKER_P99_QUERY = DEFAULT_LATENCY_QUERY
@@ -473,20 +474,35 @@ class PrometheusPrecomputeSignals:
         self.access = access
 
     async def _value(self, session: aiohttp.ClientSession, query: str) -> float | None:
+        return (await self._read(session, query))[0]
+
+    async def _read(self, session: aiohttp.ClientSession, query: str) -> tuple[float | None, str]:
+        """The query's single value, or None and why ("" for an empty answer)."""
         if self.access.error is not None:
-            return None
+            return None, self.access.error
         endpoint = f"{self.url}/api/v1/query"
         try:
-            return _scalar(await instant_query(session, endpoint, query, self.timeout_seconds, self.access), endpoint)
-        except PrometheusError:
-            return None
+            body = await instant_query(session, endpoint, query, self.timeout_seconds, self.access)
+            return _scalar(body, endpoint), ""
+        except PrometheusError as exc:
+            return None, str(exc)
 
     async def read_precompute(
         self, namespace: str, pods: Sequence[str], ranker_pods: Sequence[str], ranker_slo_ms: float | None
     ) -> PrecomputeSignals:
         timeout = aiohttp.ClientTimeout(total=self.timeout_seconds)
+        backlog, why = None, "no pods"
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            backlog = await self._value(session, render_query(BACKLOG_QUERY, namespace, pods)) if pods else None
+            if pods:
+                backlog, why = await self._read(session, render_query(BACKLOG_QUERY, namespace, pods))
+                if backlog is None and not why:
+                    why = f"no {BACKLOG_METRIC} series for {len(pods)} pods in namespace {namespace!r}"
+                    try:  # the scrape, most likely: say which convention broke (diagnosis.py)
+                        count = _counter(session, self.url, namespace, pods, self.timeout_seconds, self.access)
+                        cause = await why_no_server_series(count, BACKLOG_METRIC, "precompute workers", "metrics")
+                    except PrometheusError:
+                        cause = ""
+                    why += f"; {cause}" if cause else ""
             age = await self._value(session, render_query(OLDEST_AGE_QUERY, namespace, pods)) if pods else None
             p99 = None
             if ranker_pods and ranker_slo_ms is not None:
@@ -497,6 +513,7 @@ class PrometheusPrecomputeSignals:
             oldest_item_age_seconds=age,
             ranker_over_slo=over,
             ranker_message=f"ranker p99 {p99 * 1000.0:.0f} ms > SLO {ranker_slo_ms:g} ms" if over and p99 else "",
+            backlog_error="" if backlog is not None else why,
         )
 
 

@@ -65,7 +65,7 @@ def queue_signals(spec: PrecomputeAutoscalingSpec, pre: PrecomputeSignals, ready
 
 
 def with_queue(
-    sig: Signal, queue: tuple[QueueSignal, ...], current: int, backlog_known: bool
+    sig: Signal, queue: tuple[QueueSignal, ...], current: int, backlog_known: bool, unknown_why: str = ""
 ) -> tuple[int | None, str, tuple[Reason, ...]]:
     """The SM recommendation raised by the queue signals (never lowered by them: a hold stays a hold
     unless the queue asks for more than the current count; an unknown backlog blocks scale-down)."""
@@ -79,7 +79,8 @@ def with_queue(
         text = f"{best.text}: {best.replicas} replicas"
         rec, reason, reasons = best.replicas, best.code, (Reason("queue", best.code, text), *sig.reasons)
     elif rec < current and not backlog_known:
-        unknown = Reason("queue", "BacklogUnknown", "backlog unknown, no scale-down")
+        why = f" ({unknown_why})" if unknown_why else ""
+        unknown = Reason("queue", "BacklogUnknown", f"backlog unknown{why}, no scale-down")
         rec, reason, reasons = current, "BacklogUnknown", (unknown, *sig.reasons)
     return rec, reason, reasons
 
@@ -97,7 +98,7 @@ def recommend_precompute(
     if pre.backlog is not None:
         empty_since = None if pre.backlog > 0 else now if empty_since is None else empty_since
     queue = queue_signals(spec, pre, seen.serving)
-    replicas, reason, reasons = with_queue(sig, queue, current, pre.backlog is not None)
+    replicas, reason, reasons = with_queue(sig, queue, current, pre.backlog is not None, pre.backlog_error)
     floor, at_once = lo, False
     idle_for = None if empty_since is None else now - empty_since
     if idle_for is not None and idle_for >= spec.idle_seconds_before_zero:
