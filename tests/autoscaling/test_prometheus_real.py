@@ -10,6 +10,7 @@ only; every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import math
 import shutil
@@ -527,3 +528,13 @@ async def test_a_prometheus_behind_an_https_gateway_with_a_token_and_a_tenant(
         assert gone.samples == {} and gone.error is not None
         assert gone.error.startswith(f"GEM_PROMETHEUS_BEARER_TOKEN_FILE: cannot read {token}")
         assert gateway.requests() == asked > 0  # nothing asked without the credentials
+
+    # A Mimir-style gateway: basic auth, no tenant check here.
+    password = tmp_path / "password"
+    password.write_text("s3cret\n")
+    expected = "Basic " + base64.b64encode(b"team-ads:s3cret").decode()
+    with PrometheusGateway(url, authorization=expected, tenant=None, certificate=cert, key=key) as gateway:
+        creds = PrometheusCredentials(username="team-ads", password_file=str(password), ca_file=str(ca))
+        source = PrometheusSmActiveSource(gateway.url, timeout_seconds=2, access=creds.access({}))
+        reading = await source.read(NS, PODS)
+        assert reading.error is None and len(reading.samples) == len(PODS)
