@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ from gem_operator.replay.service_model import (
     interpolate,
     weighted_quantile,
 )
+from gem_operator.replay.traces import TraceFields, parse_where
 from gem_testbed.plots.replay import plot_report
 from gem_workloads.replay.trace import load_trace as workloads_load_trace
 
@@ -184,7 +186,7 @@ def test_numeric_timestamps_and_sniffing(tmp_path: Path) -> None:
         ("a.csv", "TIMESTAMP,x\n1,2,3\n", "line 2: 3 fields, the header has 2"),
         ("a.jsonl", '{"t": 1}\n{"t": 2, "cost": }\n', "line 2, column 18: invalid JSON"),
         ("a.jsonl", '{"t": 1}\n{"cost": 2}\n', "line 2: missing key 't'"),
-        ("a.jsonl", '{"t": -1}\n', "line 1, key 't': expected a number >= 0"),
+        ("a.jsonl", '{"t": -1}\n', "line 1, key 't': expected seconds >= 0 or a date-time"),
         ("a.jsonl", '{"t": 1, "cost": "big"}\n', "line 1, key 'cost'"),
         ("a.jsonl", "[1, 2]\n", "line 1: expected an object"),
         ("a.jsonl", "\n\n", "no requests"),
@@ -448,6 +450,59 @@ def test_static_peak_is_never_below_min_replicas(tmp_path: Path, service: Path) 
     ) in report.to_table()
     sizing = report.to_dict(timeline=False)["static_peak_sizing"]
     assert sizing == {"set_by": "spec.autoscaling.minReplicas", "peak_load_needs": need}
+
+
+def test_a_teams_own_log_names_its_time_field_and_mixes_services(
+    tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An access log as a team exports it: the time in `ts` (CSV) or `@timestamp` as an ISO string
+    (JSON lines), two services in one file. --time-column reads the time from there and --where keeps
+    one service; without them the errors say which flag reads such a file."""
+    rows = [
+        ("2026-12-01T10:00:00.250Z" if i == 0 else f"2026-12-01T10:{i // 60:02d}:{i % 60:02d}Z") for i in range(600)
+    ]
+    csv_trace = tmp_path / "access.csv"
+    csv_trace.write_text(
+        "ts,service,status\n" + "".join(f"{t},{'ranker' if i % 3 else 'search'},200\n" for i, t in enumerate(rows))
+    )
+    ranker = TraceFields("ts", (("service", "ranker"),))
+    arrivals = load_trace(csv_trace, fields=ranker)
+    first_ranker = dt.datetime(2026, 12, 1, 10, 0, 1, tzinfo=dt.UTC).timestamp()  # row 0 is search's
+    assert len(arrivals.times) == 400 and arrivals.times[0] == first_ranker
+    assert len(load_trace(csv_trace, fields=TraceFields("TS")).times) == 600  # a column's case is not its name
+    with pytest.raises(TraceError, match=r"no TIMESTAMP column \(columns: ts, service, status\); --time-column NAME"):
+        load_trace(csv_trace)
+    with pytest.raises(TraceError, match="no region column for --where region=eu"):
+        load_trace(csv_trace, fields=TraceFields("ts", (("region", "eu"),)))
+    with pytest.raises(TraceError, match="none of its 600 rows matches --where service=rank"):
+        load_trace(csv_trace, fields=TraceFields("ts", (("service", "rank"),)))
+
+    jsonl = tmp_path / "access.jsonl"
+    jsonl.write_text(
+        "".join(
+            json.dumps({"@timestamp": t, "service": "ranker" if i % 3 else "search", "status": 200, "ok": True}) + "\n"
+            for i, t in enumerate(rows)
+        )
+    )
+    lines = load_trace(
+        jsonl, fields=TraceFields("@timestamp", (("service", "ranker"), ("status", "200"), ("ok", "true")))
+    )
+    assert lines.times == arrivals.times
+    with pytest.raises(
+        TraceError, match=r"line 1: missing key 't' \(--time-column NAME reads the time from another key\)"
+    ):
+        load_trace(jsonl)
+    with pytest.raises(TraceError, match="key 'service': expected seconds >= 0 or a date-time"):
+        load_trace(jsonl, fields=TraceFields("service"))
+
+    assert parse_where("service=ranker=v2") == ("service", "ranker=v2")
+    with pytest.raises(TraceError, match="expected FIELD=VALUE"):
+        parse_where("service")
+    argv = ["--trace", str(jsonl), "--service", str(service), "--output", "json"]
+    assert main([*argv, "--time-column", "@timestamp", "--where", "service=ranker"]) == 0
+    assert json.loads(capsys.readouterr().out)["duration_seconds"] > 500
+    assert main([*argv, "--time-column", "@timestamp", "--where", "service"]) == 2
+    assert "--where 'service': expected FIELD=VALUE" in capsys.readouterr().err
 
 
 def test_a_service_with_its_autoscaler_off_is_told_what_enabling_it_would_do(tmp_path: Path) -> None:

@@ -155,3 +155,15 @@ def test_segment_reads_numeric_times_as_gemop_replay_does(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="no requests between minute 2 and 5"):
         cut_segment(trace, start_minute=2, minutes=3, scale=1.0, time_unit="s")
     assert cut_segment(_trace(tmp_path, [{"t": float(t), "cost": 1} for t in range(60)]), 0, 1, 1.0).time_note == ""
+
+
+def test_segment_of_one_service_from_a_teams_own_log(tmp_path: Path) -> None:
+    """The load test cuts its segment as `gemop replay` reads the trace: --time-column, --where."""
+    from gem_operator.replay.traces import TraceFields
+
+    rows = [{"@timestamp": 1_700_000_000 + t, "service": "ranker" if t % 2 else "search"} for t in range(600)]
+    trace = _trace(tmp_path, rows)
+    seg = cut_segment(trace, 0, 10, 1.0, fields=TraceFields("@timestamp", (("service", "ranker"),)))
+    assert len(seg.times) == 300 and seg.seconds == 600
+    with pytest.raises(ValueError, match="missing key 't' \\(--time-column NAME"):
+        cut_segment(trace, 0, 10, 1.0)

@@ -16,7 +16,14 @@ from gem_operator import plugins
 from gem_operator.argtypes import positive_float, positive_int
 from gem_operator.replay.engine import run_replay
 from gem_operator.replay.service_model import ProfileError
-from gem_operator.replay.traces import SCALE_MODES, TIME_UNITS, TREND_SECONDS, TraceError
+from gem_operator.replay.traces import (
+    SCALE_MODES,
+    TIME_UNITS,
+    TREND_SECONDS,
+    TraceError,
+    TraceFields,
+    parse_where,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
     )
+    p.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="keep only rows whose FIELD holds VALUE, e.g. --where service=ranker (repeatable: all must hold)",
+    )
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", help="write a PNG to this path")
     p.add_argument("--sync-seconds", type=positive_float, default=15.0, help="autoscaler period (default 15)")
@@ -72,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gemop replay: --plot {args.plot}: folder {folder} does not exist; create it first", file=sys.stderr)
         return 2
     try:
+        fields = TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
         report = run_replay(
             args.trace,
             args.service,
@@ -84,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             scale_mode=args.scale_mode,
             trend_seconds=args.trend_seconds,
             time_unit=args.time_unit,
+            fields=fields,
         )
     except (TraceError, ProfileError) as exc:
         print(f"gemop replay: {exc}", file=sys.stderr)

@@ -90,6 +90,7 @@ from gem_operator.replay.traces import (
     LoadSeries,
     ScaleMode,
     TraceError,
+    TraceFields,
     load_service,
     load_trace,
     time_note,
@@ -498,15 +499,17 @@ def run_replay(
     static_replicas: int | None = None,
     rps_window_seconds: float | None = None,
     time_unit: str = "auto",
+    fields: TraceFields | None = None,
 ) -> ReplayReport:
     """Replay `trace` against the RankingService in `service`. Raises TraceError / ProfileError.
 
     `static_replicas` fixes the static pool's size (default: sized for the run's peak);
     `rps_window_seconds` the HPA-on-RPS baseline's rate window (default: one sync period);
-    `time_unit` the unit of numeric time stamps ("auto": by their size, `traces.numeric_time_unit`)."""
+    `time_unit` the unit of numeric time stamps ("auto": by their size, `traces.numeric_time_unit`);
+    `fields` the trace's time field and the rows to keep (`--time-column`, `--where`)."""
     name, spec = load_service(service)
     model = ServiceModel.load(profile) if profile is not None else ServiceModel()
-    arrivals = load_trace(trace, cost_column, time_unit)
+    arrivals = load_trace(trace, cost_column, time_unit, fields)
     series = to_series(
         arrivals, scale=scale, smooth_seconds=smooth_seconds, mode=scale_mode, trend_seconds=trend_seconds
     )

@@ -6,7 +6,11 @@ TRACE is either
   normalised to mean 1 (so a cost unit is an average request), or
 - JSONL, one object per line: `{"t": seconds, "cost": number}`; optional `"count"` is the
   number of requests the line stands for (default 1; `cost` defaults to `count`), so a
-  pre-aggregated trace may hold one line per second.
+  pre-aggregated trace may hold one line per second. `t` may also be a date-time string.
+
+A team's own log names its fields its own way and often mixes services: `--time-column NAME`
+reads the time from another column (or key), and `--where FIELD=VALUE` (repeatable) keeps only
+the rows whose field holds that value (`TraceFields`).
 
 Numeric times are seconds, unless they are too large to be: from 1e11 on (past the year 5138 as
 seconds) they are epoch milliseconds, from 1e14 microseconds, from 1e17 nanoseconds, judged on
@@ -56,6 +60,31 @@ class LoadSeries:
     @property
     def seconds(self) -> int:
         return len(self.cost)
+
+
+@dataclass(frozen=True)
+class TraceFields:
+    """Which fields of a trace hold what: `time` (None: CSV `TIMESTAMP` in any case, JSONL `t`) and
+    the rows to keep, `where` (every field equal to its value: a CSV cell as written, a JSON value as
+    JSON writes it, so `status=200` matches the number and `ok=true` the boolean)."""
+
+    time: str | None = None
+    where: tuple[tuple[str, str], ...] = ()
+
+    def described(self) -> str:
+        return " ".join(f"--where {k}={v}" for k, v in self.where)
+
+
+def parse_where(text: str) -> tuple[str, str]:
+    """`FIELD=VALUE` of a `--where` flag."""
+    field, sep, value = text.partition("=")
+    if not sep or not field.strip():
+        raise TraceError(f"--where {text!r}: expected FIELD=VALUE, e.g. --where service=ranker")
+    return field.strip(), value
+
+
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 @dataclass(frozen=True)
@@ -130,7 +159,7 @@ def _parse_datetime(text: str) -> float:
     return parsed.timestamp()
 
 
-def _load_csv(path: Path, cost_column: str | None, clock: _TimeReader) -> Arrivals:
+def _load_csv(path: Path, cost_column: str | None, clock: _TimeReader, fields: TraceFields) -> Arrivals:
     try:
         fh = path.open(newline="", encoding="utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not a column name
     except OSError as exc:
@@ -138,25 +167,39 @@ def _load_csv(path: Path, cost_column: str | None, clock: _TimeReader) -> Arriva
     reader = csv.reader(fh)
     try:
         with fh:
-            return _read_csv(path, reader, cost_column, clock)
+            return _read_csv(path, reader, cost_column, clock, fields)
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
     except csv.Error as exc:  # e.g. a field past the csv module's size limit
         raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
 
 
-def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeReader) -> Arrivals:
+def _column(path: Path, names: list[str], name: str, flag: str) -> int:
+    """The index of column `name` (exact, else the one matching without case)."""
+    if name in names:
+        return names.index(name)
+    upper = [n.upper() for n in names]
+    if upper.count(name.upper()) == 1:
+        return upper.index(name.upper())
+    raise TraceError(f"{path}: line 1: no {name} column for {flag} (columns: {', '.join(names)})")
+
+
+def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeReader, fields: TraceFields) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
+    time_name = fields.time or "TIMESTAMP"
     try:
         header = next(reader)
     except StopIteration:
-        raise TraceError(f"{path}: empty file; expected a header line with a TIMESTAMP column") from None
+        raise TraceError(f"{path}: empty file; expected a header line with a {time_name} column") from None
     names = [h.strip() for h in header]
-    upper = [n.upper() for n in names]
-    if "TIMESTAMP" not in names and upper.count("TIMESTAMP") != 1:
-        raise TraceError(f"{path}: line 1: no TIMESTAMP column (columns: {', '.join(names)})")
-    t_idx = names.index("TIMESTAMP") if "TIMESTAMP" in names else upper.index("TIMESTAMP")
+    try:
+        t_idx = _column(path, names, time_name, "the time")
+    except TraceError:
+        hint = "" if fields.time else "; --time-column NAME reads the time from another"
+        raise TraceError(f"{path}: line 1: no {time_name} column (columns: {', '.join(names)}){hint}") from None
+    keep = [(_column(path, names, k, f"--where {k}={v}"), v) for k, v in fields.where]
+    rows = 0
     c_idx: int | None = None
     if cost_column is not None:
         if cost_column not in names:
@@ -168,11 +211,14 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeR
             continue
         if len(row) != len(names):
             raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(names)}")
+        rows += 1
+        if any(row[i].strip() != v for i, v in keep):
+            continue
         try:
             times.append(clock.parse(row[t_idx]))
         except ValueError:
             raise TraceError(
-                f"{path}: line {line}, column TIMESTAMP: cannot parse {row[t_idx]!r} as a time "
+                f"{path}: line {line}, column {names[t_idx]}: cannot parse {row[t_idx]!r} as a time "
                 "(expected e.g. 2023-11-16 18:17:03.97 or seconds)"
             ) from None
         if c_idx is not None:
@@ -184,6 +230,8 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeR
                 raise TraceError(f"{path}: line {line}, column {cost_column}: cost must be >= 0, got {value}")
             costs.append(value)
     if not times:
+        if keep and rows:
+            raise TraceError(f"{path}: none of its {rows} rows matches {fields.described()}")
         raise TraceError(f"{path}: no requests after the header")
     if c_idx is not None:
         mean = sum(c / len(costs) for c in costs)  # divided first: a sum of huge costs would overflow
@@ -195,7 +243,9 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeR
     return Arrivals(times, [1.0] * len(times), costs, str(path), clock.unit)
 
 
-def _load_jsonl(path: Path, clock: _TimeReader) -> Arrivals:
+def _load_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals:
+    time_key = fields.time or "t"
+    rows = 0
     times: list[float] = []
     counts: list[float] = []
     costs: list[float] = []
@@ -227,19 +277,46 @@ def _load_jsonl(path: Path, clock: _TimeReader) -> Arrivals:
                 raise TraceError(f"{path}: line {line}, key {key!r}: expected a number >= 0, got {v!r}")
             return float(v)
 
-        t = clock.number(num("t", None))
+        rows += 1
+        if any(k not in obj or _json_text(obj[k]) != v for k, v in fields.where):
+            continue
+        t = _json_time(path, no, obj, time_key, clock, fields)
         count = num("count", 1.0)
         times.append(t)
         counts.append(count)
         costs.append(num("cost", count))
     if not times:
+        if fields.where and rows:
+            raise TraceError(f"{path}: none of its {rows} lines matches {fields.described()}")
         raise TraceError(f"{path}: no requests")
     return Arrivals(times, counts, costs, str(path), clock.unit)
 
 
-def load_trace(path: str | Path, cost_column: str | None = None, time_unit: str = "auto") -> Arrivals:
+def _json_time(path: Path, line: int, obj: dict[str, Any], key: str, clock: _TimeReader, fields: TraceFields) -> float:
+    """A line's time: a number (in the file's unit) or a string (a date-time, or a number)."""
+    if key not in obj:
+        hint = "" if fields.time else " (--time-column NAME reads the time from another key)"
+        raise TraceError(f"{path}: line {line}: missing key {key!r}{hint}")
+    v = obj[key]
+    try:
+        if isinstance(v, str):
+            return clock.parse(v)
+        if not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and v >= 0:
+            return clock.number(float(v))
+    except ValueError:
+        pass
+    raise TraceError(
+        f"{path}: line {line}, key {key!r}: expected seconds >= 0 or a date-time like 2023-11-16T18:17:03Z, got {v!r}"
+    )
+
+
+def load_trace(
+    path: str | Path, cost_column: str | None = None, time_unit: str = "auto", fields: TraceFields | None = None
+) -> Arrivals:
     """Parse a CSV or JSONL trace (chosen by extension, else by the first character); numeric times
-    in `time_unit` ("auto": by their size, see the module's docstring)."""
+    in `time_unit` ("auto": by their size, see the module's docstring); `fields` names the time
+    field and the rows to keep."""
+    fields = fields or TraceFields()
     clock = _TimeReader(time_unit)
     p = Path(path)
     suffix = p.suffix.lower()
@@ -259,8 +336,8 @@ def load_trace(path: str | Path, cost_column: str | None = None, time_unit: str 
     if jsonl:
         if cost_column is not None:
             raise TraceError(f"{p}: --cost-column applies to CSV traces; JSONL lines carry their own 'cost'")
-        return _load_jsonl(p, clock)
-    return _load_csv(p, cost_column, clock)
+        return _load_jsonl(p, clock, fields)
+    return _load_csv(p, cost_column, clock, fields)
 
 
 ScaleMode = Literal["independent", "duplicate"]
@@ -404,9 +481,11 @@ __all__ = [
     "LoadSeries",
     "ScaleMode",
     "TraceError",
+    "TraceFields",
     "centred_mean",
     "load_service",
     "load_trace",
+    "parse_where",
     "superpose",
     "time_note",
     "to_series",

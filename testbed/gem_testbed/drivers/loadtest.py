@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ from gem_operator.replay.engine import (
 )
 from gem_operator.replay.report import most_in_an_hour
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
-from gem_operator.replay.traces import TIME_UNITS, time_note
+from gem_operator.replay.traces import TIME_UNITS, TraceFields, parse_where, time_note
 from gem_testbed.drivers.closed_loop import (
     RPS_WINDOW_SECONDS,
     ClosedLoop,
@@ -94,16 +94,23 @@ def _builtin_profile(name: str) -> Path:
 
 
 def cut_segment(
-    trace: str | Path, start_minute: float, minutes: float, scale: float, seed: int = 0, time_unit: str = "auto"
+    trace: str | Path,
+    start_minute: float,
+    minutes: float,
+    scale: float,
+    seed: int = 0,
+    time_unit: str = "auto",
+    fields: TraceFields | None = None,
 ) -> Segment:
     """Requests of the trace in [start, start + minutes), each one standing for `scale` requests
     in the same second (the reading `gemop replay --scale` takes), spread evenly within it.
-    Numeric time stamps are read as `gemop replay --time-unit` reads them."""
+    Numeric time stamps, the time field and the rows kept are read as `gemop replay --time-unit`,
+    `--time-column` and `--where` read them."""
     if minutes <= 0 or start_minute < 0:
         raise TraceError(f"--minutes must be > 0 and --start-minute >= 0, got {minutes} and {start_minute}")
     if scale <= 0 or not math.isfinite(scale):
         raise TraceError(f"--scale must be a positive number, got {scale}")
-    arrivals = load_trace(trace, time_unit=time_unit)
+    arrivals = load_trace(trace, time_unit=time_unit, fields=fields)
     t0 = min(arrivals.times)
     lo, hi = start_minute * 60.0, (start_minute + minutes) * 60.0
     rng = random.Random(seed)
@@ -280,6 +287,7 @@ class LoadtestOptions:
     ready_timeout: float = 300.0
     origin_rate: str = "20m"
     time_unit: str = "auto"
+    fields: TraceFields = field(default_factory=TraceFields)
 
 
 def prepare_origin(directory: Path) -> Path:
@@ -327,7 +335,9 @@ def run_loadtest(opts: LoadtestOptions, progress: Callable[[str], None]) -> dict
 
     name, spec = load_service(opts.service)
     raw = next(d for d in yaml.safe_load_all(opts.service.read_text()) if d and d.get("kind") == "RankingService")
-    segment = cut_segment(opts.trace, opts.start_minute, opts.minutes, opts.scale, time_unit=opts.time_unit)
+    segment = cut_segment(
+        opts.trace, opts.start_minute, opts.minutes, opts.scale, time_unit=opts.time_unit, fields=opts.fields
+    )
     model0 = device_service_model(spec, opts.candidates, 16, 30.0)
     target_util = model0.utilisation_for_sm(spec.autoscaling.target_sm_active)
     per_replica = target_util * model0.throughput_per_replica
@@ -459,6 +469,14 @@ def add_parser(sub: Any) -> None:
         default="auto",
         help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
     )
+    p.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="keep only rows whose FIELD holds VALUE (repeatable: all must hold)",
+    )
     p.add_argument("--pools", default="policy,static,hpa-rps", help="comma-separated: policy, static, hpa-rps")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", type=Path, help="write replicas and client p99 per minute as a PNG")
@@ -489,11 +507,16 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
     if args.candidates < 1 or args.max_pod_processes < 1:
         print("gemop loadtest: --candidates and --max-pod-processes must be >= 1", file=sys.stderr)
         return 2
+    try:
+        fields = TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
+    except TraceError as exc:
+        print(f"gemop loadtest: {exc}", file=sys.stderr)
+        return 2
     opts = LoadtestOptions(
         trace=args.trace, service=args.service, minutes=args.minutes, start_minute=args.start_minute,
         scale=args.scale, pools=pools, output=args.output, plot=args.plot, candidates=args.candidates,
         max_pod_processes=args.max_pod_processes, work_dir=args.work_dir, origin_rate=args.origin_rate,
-        time_unit=args.time_unit,
+        time_unit=args.time_unit, fields=fields,
     )  # fmt: skip
     stream = sys.stderr if args.output == "json" else sys.stdout
     try:
