@@ -210,3 +210,40 @@ def test_cli_bounded_by_count(server_url: str, tmp_path: Path, capsys: pytest.Ca
     assert len(rows) == 20 and all(r["status"] == "200" and r["ms"] > 0 for r in rows)
     assert [r["t"] for r in rows] == sorted(r["t"] for r in rows)
     assert {r["candidates"] for r in rows} <= {32, 64, 96}  # costs 1, 2, 3 normalised to mean 1
+
+
+def test_a_teams_own_log_names_its_time_field_and_mixes_services(tmp_path: Path) -> None:
+    """The replayer reads a team's access log as `gemop replay` does: --time-column, JSONL date-time
+    strings, --where keeping one service's rows; each missing field says which flag reads it."""
+    from gem_workloads.replay.__main__ import parser
+    from gem_workloads.replay.trace import TraceFields, parse_where
+
+    jsonl = tmp_path / "access.jsonl"
+    jsonl.write_text(
+        "".join(
+            json.dumps(
+                {"@timestamp": f"2026-12-01T10:00:{i:02d}.5Z", "svc": "ranker" if i % 2 else "search", "code": 200}
+            )
+            + "\n"
+            for i in range(20)
+        )
+    )
+    ranker = TraceFields("@timestamp", (("svc", "ranker"), ("code", "200")))
+    a = load_trace(jsonl, fields=ranker)
+    assert a.times == [float(2 * k) for k in range(10)]
+    with pytest.raises(TraceError, match=r"expected an object with 't' \(seconds\) \(--time-column NAME"):
+        load_trace(jsonl)
+    with pytest.raises(TraceError, match="none of its 20 lines matches --where svc=rank"):
+        load_trace(jsonl, fields=TraceFields("@timestamp", (("svc", "rank"),)))
+
+    csv_trace = tmp_path / "access.csv"
+    csv_trace.write_text("ts,svc\n" + "".join(f"{100 + i},{'ranker' if i % 2 else 'search'}\n" for i in range(20)))
+    assert load_trace(csv_trace, fields=TraceFields("ts", (("svc", "ranker"),))).times == a.times
+    with pytest.raises(TraceError, match=r"no TIMESTAMP column \(columns: ts, svc\); --time-column NAME"):
+        load_trace(csv_trace)
+    with pytest.raises(TraceError, match="no zone column for --where zone=eu"):
+        load_trace(csv_trace, fields=TraceFields("ts", (("zone", "eu"),)))
+    with pytest.raises(TraceError, match="expected FIELD=VALUE"):
+        parse_where("=ranker")
+    args = parser().parse_args(["--trace", "x", "--url", "http://r", "--time-column", "ts", "--where", "svc=ranker"])
+    assert (args.time_column, args.where) == ("ts", ["svc=ranker"])

@@ -15,7 +15,7 @@ import sys
 
 from ..argtypes import positive_float, positive_int
 from .runner import ReplayConfig, replay
-from .trace import TIME_UNITS, TraceError, load_trace
+from .trace import TIME_UNITS, TraceError, TraceFields, load_trace, parse_where
 
 UNIT_NAMES = {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 
@@ -42,6 +42,14 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
     )
+    p.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="send only the rows whose FIELD holds VALUE, e.g. --where service=ranker (repeatable: all must hold)",
+    )
     p.add_argument("--candidates", type=positive_int, default=64, help="candidates of a request of average cost")
     p.add_argument("--max-candidates", type=positive_int, default=2048)
     p.add_argument(
@@ -60,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: give --trace (a load replay) or --labelled (scored requests)", file=sys.stderr)
         return 2
     try:
-        arrivals = load_trace(args.trace, args.cost_column, args.time_unit)
+        fields = TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
+        arrivals = load_trace(args.trace, args.cost_column, args.time_unit, fields)
         template = None
         if args.body:
             with open(args.body) as f:
