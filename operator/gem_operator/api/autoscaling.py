@@ -99,6 +99,15 @@ class ScalingPolicies(ApiModel):
     )
 
 
+# The usual spellings, checked by the API server at apply time (a map lookup per name: a CEL cost
+# bounded whatever the keys' length); the model refuses every spelling.
+CREDENTIAL_HEADERS_RULE: dict[str, JsonValue] = {
+    "rule": "!has(self.headers) || !['Authorization', 'authorization', 'AUTHORIZATION', 'Proxy-Authorization', "
+    "'proxy-authorization', 'Cookie', 'cookie'].exists(h, h in self.headers)",
+    "message": "headers: Authorization, Proxy-Authorization and Cookie carry credentials: give the operator its "
+    "Prometheus credentials instead (chart values prometheus.*)",
+}
+
 # RFC 9110's token: what an HTTP header name may hold.
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
@@ -106,6 +115,8 @@ CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"
 
 class PrometheusSource(ApiModel):
     """Where SM utilisation is read: the Prometheus HTTP API (/api/v1/query)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [CREDENTIAL_HEADERS_RULE]})
 
     url: str = Field(
         default="http://prometheus-operated.monitoring:9090",

@@ -140,6 +140,27 @@ def _pool(kind: str) -> list[Case]:
             "prometheus:9090",
             "autoscaling.metrics.prometheus.url",
         ),
+        Case(
+            f"{k}-prom-token-header",
+            kind,
+            ("autoscaling", "metrics", "prometheus", "headers"),
+            {"X-Scope-OrgID": "team-ads", "Authorization": "Bearer eyJhbGciOi"},
+            "autoscaling.metrics.prometheus",
+        ),
+        Case(
+            f"{k}-prom-header-cased",  # a spelling the API server's rule does not list: the operator's
+            kind,
+            ("autoscaling", "metrics", "prometheus", "headers"),
+            {"AuThOrIzAtIoN": "Bearer eyJhbGciOi"},
+            "autoscaling.metrics.prometheus.headers",
+        ),
+        Case(
+            f"{k}-prom-headers-many",
+            kind,
+            ("autoscaling", "metrics", "prometheus", "headers"),
+            {f"X-H{i}": "v" for i in range(17)},
+            "autoscaling.metrics.prometheus.headers",
+        ),
     ]
 
 
