@@ -9,8 +9,9 @@ Body::
      "candidates": [{"item_id": 5, "item_cluster": 2, "item_tags": [1, 7], "domain": "feed"}, ...]}
 
 A feature value is an integer id (a list of ids for multi-hot features), 64-bit signed or
-unsigned; ids are folded into the table's rows as in training (``models.features.fold_id``). ``domain`` is a domain name
-or index (default 0). Sequences longer than the model's ``seq_len`` keep their most recent events.
+unsigned; ids are folded into the table's rows as in training (``models.features.fold_id``).
+``domain`` is a domain name or index (default 0). Sequences longer than the model's ``seq_len``
+keep their most recent events.
 Every violation raises :class:`RequestError` with an HTTP status and a message naming the field.
 """
 
