@@ -16,14 +16,7 @@ from gem_operator import plugins
 from gem_operator.argtypes import positive_float, positive_int
 from gem_operator.replay.engine import run_replay
 from gem_operator.replay.service_model import ProfileError
-from gem_operator.replay.traces import (
-    SCALE_MODES,
-    TIME_UNITS,
-    TREND_SECONDS,
-    TraceError,
-    TraceFields,
-    parse_where,
-)
+from gem_operator.replay.traces import SCALE_MODES, TREND_SECONDS, TraceError, add_trace_arguments, trace_fields
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,20 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--profile", help="JSON service profile replacing the model's defaults")
     p.add_argument("--cost-column", help="CSV column that weights each request's cost")
-    p.add_argument(
-        "--time-unit",
-        choices=("auto", *TIME_UNITS),
-        default="auto",
-        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
-    )
-    p.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
-    p.add_argument(
-        "--where",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="keep only rows whose FIELD holds VALUE, e.g. --where service=ranker (repeatable: all must hold)",
-    )
+    add_trace_arguments(p)
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", help="write a PNG to this path")
     p.add_argument("--sync-seconds", type=positive_float, default=15.0, help="autoscaler period (default 15)")
@@ -87,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gemop replay: --plot {args.plot}: folder {folder} does not exist; create it first", file=sys.stderr)
         return 2
     try:
-        fields = TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
+        fields = trace_fields(args)
         report = run_replay(
             args.trace,
             args.service,

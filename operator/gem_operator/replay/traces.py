@@ -23,6 +23,7 @@ Every parse error names the file, the line and the column or key.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -81,6 +82,30 @@ def parse_where(text: str) -> tuple[str, str]:
     if not sep or not field.strip():
         raise TraceError(f"--where {text!r}: expected FIELD=VALUE, e.g. --where service=ranker")
     return field.strip(), value
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--time-unit`, `--time-column` and `--where`: how every command that reads a trace
+    (`gemop replay`, `gemop loadtest`) is told to read a team's own; `trace_fields` reads them back."""
+    parser.add_argument(
+        "--time-unit",
+        choices=("auto", *TIME_UNITS),
+        default="auto",
+        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
+    )
+    parser.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="keep only rows whose FIELD holds VALUE, e.g. --where service=ranker (repeatable: all must hold)",
+    )
+
+
+def trace_fields(args: argparse.Namespace) -> TraceFields:
+    """The `TraceFields` of `add_trace_arguments`'s flags. Raises TraceError for a bad `--where`."""
+    return TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
 
 
 def _json_text(value: Any) -> str:
@@ -482,6 +507,7 @@ __all__ = [
     "ScaleMode",
     "TraceError",
     "TraceFields",
+    "add_trace_arguments",
     "centred_mean",
     "load_service",
     "load_trace",
@@ -489,4 +515,5 @@ __all__ = [
     "superpose",
     "time_note",
     "to_series",
+    "trace_fields",
 ]

@@ -63,7 +63,7 @@ from gem_operator.replay.engine import (
 )
 from gem_operator.replay.report import most_in_an_hour
 from gem_operator.replay.service_model import ServiceModel, single_server_p99_curve
-from gem_operator.replay.traces import TIME_UNITS, TraceFields, parse_where, time_note
+from gem_operator.replay.traces import TraceFields, add_trace_arguments, time_note, trace_fields
 from gem_testbed.drivers.closed_loop import (
     RPS_WINDOW_SECONDS,
     ClosedLoop,
@@ -463,20 +463,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--minutes", type=positive_float, default=15.0, help="length of the segment (default 15)")
     p.add_argument("--start-minute", type=non_negative_float, default=0.0, help="where the segment starts in the trace")
     p.add_argument("--scale", type=positive_float, default=1.0, help="each request of the trace stands for X requests")
-    p.add_argument(
-        "--time-unit",
-        choices=("auto", *TIME_UNITS),
-        default="auto",
-        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
-    )
-    p.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
-    p.add_argument(
-        "--where",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="keep only rows whose FIELD holds VALUE (repeatable: all must hold)",
-    )
+    add_trace_arguments(p)
     p.add_argument("--pools", default="policy,static,hpa-rps", help="comma-separated: policy, static, hpa-rps")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", type=Path, help="write replicas and client p99 per minute as a PNG")
@@ -508,7 +495,7 @@ def _cmd_loadtest(args: argparse.Namespace) -> int:
         print("gemop loadtest: --candidates and --max-pod-processes must be >= 1", file=sys.stderr)
         return 2
     try:
-        fields = TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
+        fields = trace_fields(args)
     except TraceError as exc:
         print(f"gemop loadtest: {exc}", file=sys.stderr)
         return 2
