@@ -231,9 +231,12 @@ def test_a_teams_own_log_names_its_time_field_and_mixes_services(tmp_path: Path)
     ranker = TraceFields("@timestamp", (("svc", "ranker"), ("code", "200")))
     a = load_trace(jsonl, fields=ranker)
     assert a.times == [float(2 * k) for k in range(10)]
+    with jsonl.open("a") as f:  # another service's line without a time: skipped, not an error
+        f.write(json.dumps({"svc": "search", "note": "no time"}) + "\n")
+    assert load_trace(jsonl, fields=ranker).times == a.times
     with pytest.raises(TraceError, match=r"expected an object with 't' \(seconds\) \(--time-column NAME"):
         load_trace(jsonl)
-    with pytest.raises(TraceError, match="none of its 20 lines matches --where svc=rank"):
+    with pytest.raises(TraceError, match="none of its 21 lines matches --where svc=rank"):
         load_trace(jsonl, fields=TraceFields("@timestamp", (("svc", "rank"),)))
 
     csv_trace = tmp_path / "access.csv"

@@ -231,12 +231,14 @@ def _read_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals
                 raise TraceError(f"{path}: line {line}: not JSON: {exc.msg}") from None
             except RecursionError:  # json's decoder recurses per level
                 raise TraceError(f"{path}: line {line}: not JSON: nested too deeply") from None
+            if isinstance(obj, dict):
+                rows += 1
+                # Another service's line is skipped before its fields are judged, as `gemop replay` does.
+                if any(k not in obj or _json_text(obj[k]) != v for k, v in fields.where):
+                    continue
             if not isinstance(obj, dict) or time_key not in obj:
                 hint = "" if fields.time else " (--time-column NAME reads the time from another key)"
                 raise TraceError(f"{path}: line {line}: expected an object with {time_key!r} (seconds){hint}")
-            rows += 1
-            if any(k not in obj or _json_text(obj[k]) != v for k, v in fields.where):
-                continue
             t = _line_time(path, line, obj[time_key], time_key, clock)
             values: dict[str, float] = {}
             for key, value in (("count", obj.get("count", 1)), ("cost", obj.get("cost"))):
