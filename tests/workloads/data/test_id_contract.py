@@ -31,3 +31,20 @@ def test_the_edges_of_the_range() -> None:
     assert fold_id(ID_MIN, 10) == fold_ids(np.array([ID_MIN]), 10)[0] == ID_MIN % 10
     assert fold_id(ID_MAX, 1000) == fold_id(-1, 1000) == 999
     assert fold_id(2**63, 7) == fold_id(ID_MIN, 7)
+
+
+@given(signed)
+def test_an_id_keys_the_embedding_store_once_whether_signed_or_unsigned(value: int) -> None:
+    from gem_workloads.exchange.store import Keys
+
+    keys = Keys("p", "v")
+    unsigned = value % 2**64
+    assert keys.exact(value, 1) == keys.exact(unsigned, 1) == keys.exact(str(unsigned), 1) == f"p:v:e:{value}:1"
+    assert keys.memory(unsigned) == keys.memory(value)
+
+
+def test_store_keys_keep_what_is_not_an_unsigned_id() -> None:
+    from gem_workloads.exchange.store import key_part
+
+    for part in ("_", "007", "+9223372036854775808", "18446744073709551616", "1700000000000-0", True, 2**63 - 1):
+        assert key_part(part) == str(part)

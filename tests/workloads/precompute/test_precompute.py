@@ -254,3 +254,13 @@ def test_large_sets_are_split_into_batches(loaded: LoadedModel, client: Any) -> 
     keys = Keys("t", loaded.version)
     for i in range(10):
         np.testing.assert_allclose(unpack(client.get(keys.exact(70, i)))[0], emb[0][i], atol=1e-5)
+
+
+def test_an_id_spelled_unsigned_and_signed_meets_on_one_key(loaded: LoadedModel, client: Any) -> None:
+    """A producer writing ids unsigned and a ranker sending them signed read the same embedding."""
+    w = _worker(loaded, client, "a")
+    client.xadd(STREAM, _set(loaded, 2**64 - 1, [(2**63, 7)]).fields())
+    assert _drain(w) == 1
+    reader = EmbeddingReader(client, Keys("t", loaded.version), ["exact"])
+    assert reader.lookup(-1, [(-(2**63), 7)])[0].tier == "exact"
+    assert reader.lookup(2**64 - 1, [(2**63, 7)])[0].tier == "exact"

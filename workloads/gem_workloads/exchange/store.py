@@ -12,6 +12,11 @@ another's)::
     P:V:m:{user}               the user's LoopFM historical memory (sorted set by write time, newest K, TTL)
     P:versions                 the model versions writing to this prefix (sorted set, score = last write)
 
+Ids in keys are spelled signed: an id of the unsigned 64-bit upper half (``18446744073709551615``)
+is keyed as its signed twin (``-1``), the same bits, as training and serving fold them
+(``models.features.fold_id``), so a producer that writes unsigned ids and a ranker that sends
+signed ones meet on one key. Every other part is kept as written.
+
 An embedding value is 8 bytes of write time (float64 Unix seconds) then float32 values. All the
 writes of one stream entry and its ``done`` marker go in one MULTI/EXEC transaction, so an
 entry is stored entirely or not at all, and a worker that finds the marker only acknowledges.
@@ -83,13 +88,27 @@ def check_tiers(tiers: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+def key_part(part: object) -> str:
+    """`part` as a key spells it: an unsigned 64-bit id above the signed range (an int or its
+    decimal digits) as its signed twin, anything else as `str` spells it."""
+    text = str(part)
+    if len(text) in (19, 20) and text.isascii() and text.isdigit():
+        value = int(text)
+        if _SIGNED_END <= value < 2 * _SIGNED_END:
+            return str(value - 2 * _SIGNED_END)
+    return text
+
+
+_SIGNED_END = 2**63  # ids in [2**63, 2**64) are the unsigned spelling of negative signed ids
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str
     version: str
 
     def _k(self, *parts: object) -> str:
-        return ":".join([self.prefix, self.version, *(str(p) for p in parts)])
+        return ":".join([self.prefix, self.version, *(key_part(p) for p in parts)])
 
     def exact(self, user: object, ad: object) -> str:
         return self._k("e", user, ad)
