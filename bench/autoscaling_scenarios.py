@@ -13,6 +13,8 @@ Three families, each drawn with a seed (the shared trace is one real draw):
 - the diurnal swing with a flash crowd: `diurnal` (24 h, optionally a 3x crowd for 2 minutes at
   11:00) and its one-hour form `poisson_hour` (rate 0.4x-1.6x, 3x crowd at minute 40).
 - `wave`: a periodic swing of 5-30 minutes (`wave`), for the seed sweep only.
+- `bursts`: a steady load with batch bursts of 2-5 minutes every 7-15 minutes (`bursts`), for the
+  seed sweep only.
 
 Synthetic traces are drawn for 1/USERS_SCALE of the users and scaled xUSERS_SCALE; in the
 independent scale mode their common trend is the known per-second rate.
@@ -153,6 +155,29 @@ def wave(seed: int = 41) -> Scenario:
     arrivals, trend = poisson_trace("wave", rate, np.ones_like(rate), seed)
     name = f"wave s{seed} ({period / 60:.0f} min, +-{amplitude:.0%})"
     return Scenario(name, arrivals, trend, USERS_SCALE, False, None, "wave", 3.0)
+
+
+BURST_RATE = 1200.0  # requests/s between the bursts family's bursts (static peak >= 20 replicas)
+
+
+def bursts(seed: int = 61) -> Scenario:
+    """1 h of a steady 1,200/s with batch bursts: each 2-5 minutes at 1.5-2x, 7-15 minutes apart
+    (the first within 5 minutes), Poisson arrivals, unit cost; `seed` draws the bursts.
+
+    Steps, not ramps: a bulk job (a re-rank of the catalogue, a campaign launch) starts and stops.
+    Each burst returns within the 15-minute scale-down window; a pool that gives its capacity back
+    between bursts meets each one with a pod start. For the seed sweep only: none of the other
+    families steps.
+    """
+    rng = np.random.default_rng(seed)
+    rate = np.full(3600, BURST_RATE)
+    start = rng.uniform(0, 300)
+    while start < 3600:
+        length = rng.uniform(120, 300)
+        rate[int(start) : int(start + length)] *= rng.uniform(1.5, 2.0)
+        start += length + rng.uniform(420, 900)
+    arrivals, trend = poisson_trace("bursts", rate, np.ones_like(rate), seed)
+    return Scenario(f"bursts s{seed}", arrivals, trend, USERS_SCALE, False, None, "bursts", 3.0)
 
 
 def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> Scenario:
