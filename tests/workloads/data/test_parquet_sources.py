@@ -427,3 +427,37 @@ def test_a_time_range_keeps_only_its_examples(ads: dict[str, Any]) -> None:
         train.close()
     assert late.min() >= cut and early.max() < cut
     assert holdout.malformed() == {"feed": 0, "search": 0, "video": 0}  # outside the range is not malformed
+
+
+def test_a_hive_partition_directory_is_a_column(tmp_path: Path) -> None:
+    """Spark and Hive write a partition key into the path (`surface=feed/`), not into the files."""
+    n = 90
+    for i, surface in enumerate(("shorts", "feed", "search")):  # in time order
+        write(tmp_path / "log" / "dt=2026-01-01" / f"surface={surface}", n, start=1000 * i)
+    raw = source(tmp_path / "log", name="log", domain="surface", domains=["search", "feed"])
+    spec = parse_data_spec({"sources": [raw]})
+    mixer = TimeMixer(spec, open_streams(spec, 0, 1)[0])
+    rows = mixer.take(150)
+    by_id = dict(zip(rows.example_id.tolist(), rows.domain.tolist(), strict=True))
+    assert not any(i < 1000 for i in by_id)  # shorts is not listed: malformed, skipped and counted
+    assert {by_id[i] for i in by_id if 1000 <= i < 2000} == {1}  # feed: the second listed domain
+    assert {by_id[i] for i in by_id if i >= 2000} == {0}  # search: the first
+    assert mixer.malformed()["log"] == n
+
+
+def test_a_partition_key_is_not_an_event_time(tmp_path: Path) -> None:
+    write(tmp_path / "log" / "day=20260101", 20)
+    with pytest.raises(InvalidData, match=r"'day' is a partition directory \(day=\.\.\.\).*event time"):
+        open_streams(parse_data_spec({"sources": [source(tmp_path / "log", timestamp="day")]}), 0, 1)
+
+
+def test_a_partition_key_the_files_also_hold_is_left_to_the_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path / "log" / "ad_id=7", 40)  # the files' ad_id are int64 0..99; the directory's 7 reads as int32
+    spec = parse_data_spec({"sources": [source(tmp_path / "log")]})
+    with caplog.at_level(logging.WARNING, logger="gem_workloads.data"):
+        mixer = TimeMixer(spec, open_streams(spec, 0, 1)[0])
+    assert "partition directories not read as columns" in caplog.text
+    rows = mixer.take(40)
+    assert len(rows.example_id) == 40 and mixer.malformed()["feed"] == 0

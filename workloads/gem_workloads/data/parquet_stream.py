@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .stores import Location, http_listing, with_retries
@@ -230,17 +231,27 @@ class ParquetStream:
         target: str | list[str] = location.path
         if location.uri.startswith(("http://", "https://")) and location.uri.endswith("/"):
             target = with_retries(what, lambda: http_listing(location.uri))  # files, so each opens with its size
-        self._dataset = with_retries(what, lambda: pads.dataset(target, filesystem=location.fs, format="parquet"))
+        self._dataset = with_retries(what, lambda: open_dataset(what, target, location.fs))
         fragments = sorted(self._dataset.get_fragments(), key=lambda f: f.path)
         if not fragments:
             raise InvalidData(source, time_column, f"cannot be read: no Parquet files under {location.uri}")
         self._fragments = {f.path: f for f in fragments}
+        self._schemas: dict[str, pa.Schema] = {}
         self.naive_times = False  # a timestamp column without a time zone (read as UTC) in some file
         units: list[Unit] = []
         for frag, error in zip(fragments, _read_footers(what, fragments, footer_reads), strict=True):
             if error is not None:
                 raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({error})") from error
-            check_schema(source, frag.physical_schema, columns, frag.path)
+            self._schemas[frag.path] = fragment_schema(frag, self._dataset.schema)
+            check_schema(source, self._schemas[frag.path], columns, frag.path)
+            if frag.physical_schema.get_field_index(time_column) < 0:
+                raise InvalidData(
+                    source,
+                    time_column,
+                    f"is a partition directory ({time_column}=...) of {frag.path}, not a column of the files: "
+                    "the time column must give each row its event time (a partition's one value orders nothing "
+                    "within it)",
+                )
             time_type = frag.physical_schema.field(time_column).type
             self.naive_times |= bool(pa.types.is_timestamp(time_type) and time_type.tz is None)
             for rg in frag.row_groups:
@@ -259,7 +270,8 @@ class ParquetStream:
         frag = self._fragments[unit.path].subset(row_group_ids=[unit.row_group])
         what = f"data source {self.source!r}: {unit.path} row group {unit.row_group}"
         try:
-            table = with_retries(what, lambda: frag.to_table(columns=list(self.columns)))
+            schema = self._schemas[unit.path]
+            table = with_retries(what, lambda: frag.to_table(columns=list(self.columns), schema=schema))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:  # undecodable: skip the unit, never crash
             self.counters.add(unit.rows, f"{what}: unreadable ({exc})")
             self._log_malformed()
@@ -331,6 +343,33 @@ class ParquetStream:
                     row = 0
                 yield epoch, chunk
             epoch, unit = epoch + 1, 0
+
+
+def open_dataset(what: str, target: str | list[str], fs: pafs.FileSystem) -> pads.Dataset:
+    """The Parquet files of ``target``, with Hive partition directories (``surface=feed/``) as columns.
+
+    Spark, Hive and most exporters write a partition key into the path, not into the files; its
+    values are then a column like the others (a source's ``domain`` column, say). A key that is
+    also a column of the files, with another type, is left to the files. A list of files (a web
+    server's index) has no directories to read keys from.
+    """
+    if isinstance(target, list):
+        return pads.dataset(target, filesystem=fs, format="parquet")
+    hive = pads.HivePartitioning.discover(infer_dictionary=False)
+    try:
+        return pads.dataset(target, filesystem=fs, format="parquet", partitioning=hive)
+    except pa.ArrowTypeError as exc:  # a key that the files also hold, with another type
+        log.warning("%s: partition directories not read as columns (%s)", what, exc)
+        return pads.dataset(target, filesystem=fs, format="parquet")
+
+
+def fragment_schema(frag: pads.ParquetFileFragment, dataset: pa.Schema) -> pa.Schema:
+    """The columns one file offers: its own, then the keys of its partition directories."""
+    schema = frag.physical_schema
+    for key in pads.get_partition_keys(frag.partition_expression):
+        if schema.get_field_index(key) < 0 and dataset.get_field_index(key) >= 0:
+            schema = schema.append(dataset.field(key))
+    return schema
 
 
 def _column_min(row_group: pq.RowGroupMetaData, column: str) -> object:
