@@ -4,6 +4,7 @@ an unreadable file a named error (never a request without the credentials)."""
 from __future__ import annotations
 
 import base64
+import logging
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,38 @@ def test_a_spec_header_that_is_a_credential_or_malformed_is_refused(headers: dic
     assert PrometheusSource.model_validate({"headers": {"X-Scope-OrgID": "team-ads"}}).headers == {
         "X-Scope-OrgID": "team-ads"
     }
+
+
+@pytest.mark.parametrize(
+    ("creds", "url", "warned"),
+    [
+        (PrometheusCredentials(bearer_token_file="/t"), "http://prometheus:9090", "GEM_PROMETHEUS_BEARER_TOKEN_FILE"),
+        (PrometheusCredentials(bearer_token_file="/t"), "HTTP://prometheus:9090", "GEM_PROMETHEUS_BEARER_TOKEN_FILE"),
+        (PrometheusCredentials(username="u", password_file="/p"), "http://mimir/prometheus", "GEM_PROMETHEUS_USERNAME"),
+        (PrometheusCredentials(bearer_token_file="/t"), "https://thanos-querier:9091", None),
+        (PrometheusCredentials(), "http://prometheus:9090", None),
+        (PrometheusCredentials(ca_file="/ca"), "http://prometheus:9090", None),
+    ],
+)
+def test_credentials_bound_for_plain_http_are_warned_of(
+    creds: PrometheusCredentials, url: str, warned: str | None
+) -> None:
+    warning = creds.plain_http_warning(url)
+    if warned is None:
+        assert warning is None
+    else:
+        assert warning is not None and warning.startswith(f"{warned} is set") and "use an https URL" in warning
+
+
+def test_the_operator_warns_once_per_url(caplog: pytest.LogCaptureFixture) -> None:
+    from gem_operator.controllers.autoscaler import use_prometheus_credentials, warn_of_plain_http
+
+    use_prometheus_credentials(PrometheusCredentials(bearer_token_file="/t"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="gem_operator.controllers.autoscaler"):
+            for _ in range(3):
+                warn_of_plain_http("http://prometheus:9090")
+                warn_of_plain_http("https://thanos-querier:9091")
+        assert [r.getMessage().split(" is set")[0] for r in caplog.records] == ["GEM_PROMETHEUS_BEARER_TOKEN_FILE"]
+    finally:
+        use_prometheus_credentials(PrometheusCredentials())

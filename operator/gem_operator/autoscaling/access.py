@@ -20,6 +20,7 @@ import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from gem_operator.envvars import EnvSettingError
 
@@ -68,6 +69,19 @@ class PrometheusCredentials:
                 f"{BEARER_TOKEN_FILE} and {USERNAME} both set: a request carries one Authorization header; keep one"
             )
         return creds
+
+    def plain_http_warning(self, url: str) -> str | None:
+        """What to warn of when these credentials would go to `url` unencrypted (None: they would not).
+
+        Sent as Prometheus clients send them (a proxy on a trusted network may want no more), but
+        anyone on the path reads a bearer token or a password from a plain http request."""
+        sent = BEARER_TOKEN_FILE if self.bearer_token_file is not None else USERNAME if self.username else None
+        if sent is None or urlsplit(url).scheme.lower() != "http":
+            return None
+        return (
+            f"{sent} is set and Prometheus at {url} is plain http: the credentials cross the network "
+            "unencrypted; use an https URL (GEM_PROMETHEUS_CA_FILE for a private CA)"
+        )
 
     def access(self, headers: Mapping[str, str]) -> PrometheusAccess:
         """The headers and TLS context for this sync, the files read now."""

@@ -8,6 +8,7 @@ pure (autoscaling/policy.py); this module only gathers its inputs and records it
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +38,8 @@ from gem_operator.render.common import LABEL_INSTANCE, LABEL_KIND, LABEL_ROLE
 from gem_operator.render.serving import ROLE_SERVER
 from gem_operator.topology import cluster_view_from_objects
 
+log = logging.getLogger(__name__)
+
 SourceFactory = Callable[[AutoscalingSpec], MetricSource]
 SignalFactory = Callable[[AutoscalingSpec], PrecomputeSignalSource]
 LatencyFactory = Callable[[AutoscalingSpec], LatencySource]
@@ -48,6 +51,21 @@ _credentials: list[PrometheusCredentials] = [PrometheusCredentials.from_env()]
 def use_prometheus_credentials(credentials: PrometheusCredentials) -> None:
     """Replace the credentials read from the environment at start (tests, embedded drivers)."""
     _credentials[0] = credentials
+    _warned_plain_http.clear()
+
+
+# Each Prometheus URL the credentials were sent to over plain http, warned of once per process.
+_warned_plain_http: set[str] = set()
+
+
+def warn_of_plain_http(url: str) -> None:
+    """Log once per URL that the operator's credentials go to it unencrypted."""
+    if url in _warned_plain_http:
+        return
+    warning = _credentials[0].plain_http_warning(url)
+    if warning is not None:
+        _warned_plain_http.add(url)
+        log.warning("%s", warning)
 
 
 def use_metric_sources(
@@ -153,6 +171,7 @@ async def autoscale(
     serving = [s.name for s in states if s.serving]
     # Files read now: a rotated token or a changed CA is used from this sync on.
     access = _credentials[0].access(scaling.metrics.prometheus.headers or {})
+    warn_of_plain_http(scaling.metrics.prometheus.url)
     reading = await _sm_source(scaling, access).read(ctx.namespace, serving or [s.name for s in states])
     nodes = await ctx.kube.list("v1", "Node", None)
     all_pods = await ctx.kube.list("v1", "Pod", None)
