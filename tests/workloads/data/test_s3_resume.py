@@ -1,4 +1,4 @@
-"""Sources on a real S3 endpoint (moto's server), per-source credentials, and kill -9 + resume counted by ids."""
+"""Sources on a real S3 endpoint (moto's server): per-source credentials, Hive partitions, and kill -9 + resume counted by ids."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("torch")
@@ -18,7 +21,8 @@ pytest.importorskip("torchrec")
 
 from gem_workloads.data.ads_log import AdsLogConfig, write_ads_log
 from gem_workloads.data.spec import parse_data_spec
-from gem_workloads.data.stream_loader import StreamLoader
+from gem_workloads.data.stream_loader import StreamLoader, open_streams
+from gem_workloads.data.stream_mix import TimeMixer
 
 pytestmark = [pytest.mark.workloads, pytest.mark.slow]
 
@@ -98,3 +102,42 @@ def test_kill_9_and_resume_neither_repeats_nor_skips(moto_s3: Any, s3_spec: dict
         (tmp_path / f"shard{shard}.json").write_text(json.dumps(flat))
     a, b = (set(json.loads((tmp_path / f"shard{s}.json").read_text())) for s in range(shards))
     assert not a & b  # data-parallel shards never share an example
+
+
+def test_hive_partitions_on_s3_are_columns(moto_s3: Any, tmp_path: Path) -> None:
+    """The partition keys of an S3 prefix (`surface=feed/`) are read as a store lists them."""
+    moto_s3.client.create_bucket(Bucket="hive")
+    for i, surface in enumerate(("feed", "search")):
+        n = 40
+        table = pa.table(
+            {
+                "event_id": np.arange(100 * i, 100 * i + n),
+                "ts": np.arange(n, dtype=float) + 1000.0 * i,
+                "user_id": np.arange(n) % 7,
+                "ad_id": np.arange(n) % 11,
+                "bid": np.ones(n),
+                "clicked": np.arange(n) % 3 == 0,
+            }
+        )
+        local = tmp_path / f"{surface}.parquet"
+        pq.write_table(table, local)
+        moto_s3.client.upload_file(str(local), "hive", f"log/dt=2026-12-01/surface={surface}/part-0.parquet")
+    raw = {
+        "name": "log",
+        "uri": "s3://hive/log",
+        "timestamp": "ts",
+        "user": "user_id",
+        "id": "event_id",
+        "sparse": ["ad_id"],
+        "dense": ["bid"],
+        "labels": {"ctr": "clicked"},
+        "domain": "surface",
+        "domains": ["search", "feed"],
+    }
+    spec = parse_data_spec({"sources": [raw]})
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in moto_s3.env.items():
+            mp.setenv(key, value)
+        rows = TimeMixer(spec, open_streams(spec, 0, 1)[0]).take(80)
+    domains = dict(zip(rows.example_id.tolist(), rows.domain.tolist(), strict=True))
+    assert {d for i, d in domains.items() if i < 100} == {1} and {d for i, d in domains.items() if i >= 100} == {0}
