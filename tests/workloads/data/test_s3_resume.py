@@ -1,4 +1,5 @@
-"""Sources on a real S3 endpoint (moto's server): per-source credentials, Hive partitions, and kill -9 + resume counted by ids."""
+"""Sources on a real S3 endpoint (moto's server): per-source credentials, Hive partitions, and kill -9 +
+resume counted by ids."""
 
 from __future__ import annotations
 
