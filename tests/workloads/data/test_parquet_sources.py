@@ -445,10 +445,12 @@ def test_a_hive_partition_directory_is_a_column(tmp_path: Path) -> None:
     assert mixer.malformed()["log"] == n
 
 
-def test_a_partition_key_is_not_an_event_time(tmp_path: Path) -> None:
-    write(tmp_path / "log" / "day=20260101", 20)
-    with pytest.raises(InvalidData, match=r"'day' is a partition directory \(day=\.\.\.\).*event time"):
-        open_streams(parse_data_spec({"sources": [source(tmp_path / "log", timestamp="day")]}), 0, 1)
+@pytest.mark.parametrize("key", ["day=20260101", "dt=2026-12-01"])  # read as an integer, as a string
+def test_a_partition_key_is_not_an_event_time(tmp_path: Path, key: str) -> None:
+    write(tmp_path / "log" / key, 20)
+    name = key.split("=")[0]
+    with pytest.raises(InvalidData, match=rf"'{name}' is a partition directory \({name}=\.\.\.\).*event time"):
+        open_streams(parse_data_spec({"sources": [source(tmp_path / "log", timestamp=name)]}), 0, 1)
 
 
 def test_a_partition_key_the_files_also_hold_is_left_to_the_files(

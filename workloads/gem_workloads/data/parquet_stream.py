@@ -243,8 +243,9 @@ class ParquetStream:
             if error is not None:
                 raise InvalidData(source, None, f"{frag.path} is not a readable Parquet file ({error})") from error
             self._schemas[frag.path] = fragment_schema(frag, self._dataset.schema)
-            check_schema(source, self._schemas[frag.path], columns, frag.path)
-            if frag.physical_schema.get_field_index(time_column) < 0:
+            from_path = frag.physical_schema.get_field_index(time_column) < 0
+            # Before the type check: `dt=2026-12-01` is a string, and that message would not say why.
+            if from_path and self._schemas[frag.path].get_field_index(time_column) >= 0:
                 raise InvalidData(
                     source,
                     time_column,
@@ -252,6 +253,7 @@ class ParquetStream:
                     "the time column must give each row its event time (a partition's one value orders nothing "
                     "within it)",
                 )
+            check_schema(source, self._schemas[frag.path], columns, frag.path)
             time_type = frag.physical_schema.field(time_column).type
             self.naive_times |= bool(pa.types.is_timestamp(time_type) and time_type.tz is None)
             for rg in frag.row_groups:

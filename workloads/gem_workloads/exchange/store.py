@@ -88,6 +88,9 @@ def check_tiers(tiers: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
+_SIGNED_END = 2**63  # ids in [2**63, 2**64) are the unsigned spelling of negative signed ids
+
+
 def key_part(part: object) -> str:
     """`part` as a key spells it: an unsigned 64-bit id above the signed range (an int or its
     decimal digits) as its signed twin, anything else as `str` spells it."""
@@ -97,9 +100,6 @@ def key_part(part: object) -> str:
         if _SIGNED_END <= value < 2 * _SIGNED_END:
             return str(value - 2 * _SIGNED_END)
     return text
-
-
-_SIGNED_END = 2**63  # ids in [2**63, 2**64) are the unsigned spelling of negative signed ids
 
 
 @dataclass(frozen=True)
