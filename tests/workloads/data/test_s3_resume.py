@@ -12,9 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("torch")
@@ -24,6 +21,7 @@ from gem_workloads.data.ads_log import AdsLogConfig, write_ads_log
 from gem_workloads.data.spec import parse_data_spec
 from gem_workloads.data.stream_loader import StreamLoader, open_streams
 from gem_workloads.data.stream_mix import TimeMixer
+from tests.workloads.data.test_parquet_sources import source, write
 
 pytestmark = [pytest.mark.workloads, pytest.mark.slow]
 
@@ -108,37 +106,15 @@ def test_kill_9_and_resume_neither_repeats_nor_skips(moto_s3: Any, s3_spec: dict
 def test_hive_partitions_on_s3_are_columns(moto_s3: Any, tmp_path: Path) -> None:
     """The partition keys of an S3 prefix (`surface=feed/`) are read as a store lists them."""
     moto_s3.client.create_bucket(Bucket="hive")
-    for i, surface in enumerate(("feed", "search")):
-        n = 40
-        table = pa.table(
-            {
-                "event_id": np.arange(100 * i, 100 * i + n),
-                "ts": np.arange(n, dtype=float) + 1000.0 * i,
-                "user_id": np.arange(n) % 7,
-                "ad_id": np.arange(n) % 11,
-                "bid": np.ones(n),
-                "clicked": np.arange(n) % 3 == 0,
-            }
-        )
-        local = tmp_path / f"{surface}.parquet"
-        pq.write_table(table, local)
-        moto_s3.client.upload_file(str(local), "hive", f"log/dt=2026-12-01/surface={surface}/part-0.parquet")
-    raw = {
-        "name": "log",
-        "uri": "s3://hive/log",
-        "timestamp": "ts",
-        "user": "user_id",
-        "id": "event_id",
-        "sparse": ["ad_id"],
-        "dense": ["bid"],
-        "labels": {"ctr": "clicked"},
-        "domain": "surface",
-        "domains": ["search", "feed"],
-    }
+    for i, surface in enumerate(("feed", "search")):  # in time order
+        write(tmp_path / f"dt=2026-12-01/surface={surface}", 40, start=1000 * i)
+    for path in tmp_path.rglob("*.parquet"):
+        moto_s3.client.upload_file(str(path), "hive", f"log/{path.relative_to(tmp_path)}")
+    raw = source(tmp_path, name="log", uri="s3://hive/log", domain="surface", domains=["search", "feed"])
     spec = parse_data_spec({"sources": [raw]})
     with pytest.MonkeyPatch.context() as mp:
         for key, value in moto_s3.env.items():
             mp.setenv(key, value)
         rows = TimeMixer(spec, open_streams(spec, 0, 1)[0]).take(80)
     domains = dict(zip(rows.example_id.tolist(), rows.domain.tolist(), strict=True))
-    assert {d for i, d in domains.items() if i < 100} == {1} and {d for i, d in domains.items() if i >= 100} == {0}
+    assert {d for i, d in domains.items() if i < 1000} == {1} and {d for i, d in domains.items() if i >= 1000} == {0}
