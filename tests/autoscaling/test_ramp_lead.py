@@ -20,6 +20,7 @@ from gem_operator.autoscaling.trend import (
     PEAK_HISTORY_SECONDS,
     SKILL_WEIGHT,
     SLIVER_REPLICAS,
+    STEP_SHIFT,
     earlier_peak,
     fitted_rise,
     judged_skill,
@@ -27,6 +28,8 @@ from gem_operator.autoscaling.trend import (
     level_shift,
     ramp_step,
     remember_peak,
+    stepped,
+    stepped_level,
     without_ramp_lead,
 )
 
@@ -99,6 +102,59 @@ def test_a_step_is_not_a_ramp(at: int) -> None:
         assert r.recommendation is None
         history = r.usage
     assert len(history) == min(25 - at, 20)  # restarted at the step (20 syncs fill the 300 s window)
+
+
+@pytest.mark.parametrize(
+    ("readings", "step"),
+    [
+        ([2.0, 2.0, 2.0, 3.1], False),  # one reading off the level: noise until the next agrees
+        ([2.0, 2.0, 2.0, 3.1, 3.3], True),  # two readings a third above it: a step read over two syncs
+        ([2.0, 2.1, 2.0, 2.4, 2.5], False),  # a fifth above: a ramp's pace
+        ([3.0, 3.0, 3.0, 2.0, 1.9], True),  # a step down
+        ([2.0, 2.0, 3.1, 1.9], False),  # a spike that returns
+        ([2.0, 3.1], False),  # too few readings to have a level
+    ],
+)
+def test_a_step_over_two_syncs(readings: list[float], step: bool) -> None:
+    samples = [(i * SYNC, u) for i, u in enumerate(readings[:-1])]
+    assert stepped(samples, readings[-1]) is step
+
+
+def test_a_step_read_over_two_syncs_is_not_a_ramp() -> None:
+    """A batch job's 1.6x step that lands between two syncs (5.9 -> 9.3 -> 10.2 in SM-active terms,
+    each move under LEVEL_SHIFT): the fit restarts at the step, so the lead orders nothing until the
+    new level has 8 readings, then at most a replica past the 21 it needs at 0.5 (the restart keeps
+    the step's first, partial reading). A line through the step ordered 21-28 from the next sync on."""
+    s = spec()
+    history: tuple[tuple[float, float], ...] = ()
+    orders = []
+    for t in range(30):
+        now = t * SYNC
+        usage = 5.9 if t < 10 else 9.3 if t == 10 else 10.2
+        r = ramp_step(s, history, usage, 0.5, now, lead_seconds=None, pending=None, serving=12, current=12)
+        orders.append(r.recommendation or 0)
+        history = r.usage
+    assert orders[11:17] == [0] * 6
+    assert max(orders) <= 22
+    assert len(history) == 20  # restarted at 9.3, then the 300 s window filled
+
+
+@pytest.mark.parametrize(
+    ("peaks", "since", "level"),
+    [
+        pytest.param([(0, 6.0), (60, 6.0), (120, 6.0)], -1, None, id="flat"),
+        pytest.param(
+            [(0, 6.0), (60, 6.0), (120, 9.3), (180, 10.2), (240, 10.2)], -1, 10.2, id="a-step-and-its-next-minute"
+        ),
+        pytest.param([(0, 6.0), (60, 7.2), (120, 8.6), (180, 10.3)], -1, None, id="a-fifth-a-minute-is-a-swell"),
+        pytest.param([(0, 6.0), (60, 9.3), (120, 10.2)], 60, None, id="before-the-window"),
+        pytest.param([(0, 6.0), (120, 9.3)], -1, None, id="a-missing-minute-between"),
+        pytest.param([(0, 6.0), (60, 9.3)], -1, 9.3, id="a-step-in-the-last-minute"),
+        pytest.param([(0, 4.0), (60, 6.0), (120, 4.0), (180, 8.0)], -1, 8.0, id="the-highest-of-two-steps"),
+    ],
+)
+def test_stepped_level(peaks: list[tuple[float, float]], since: float, level: float | None) -> None:
+    assert stepped_level(peaks, since) == level
 
 
 def test_overload_restarts_the_fit() -> None:
@@ -205,10 +261,10 @@ def test_the_line_is_projected_no_farther_than_its_samples_reach_back(syncs: int
 
 def test_ramp_step_keeps_only_its_window_and_adds_nothing_when_off() -> None:
     s = spec(rampLead={"enabled": False, "windowSeconds": 60})
-    history = [(NOW - 200.0, 1.0), (NOW - 59.0, 1.0), (NOW - 15.0, 1.5)]
-    step = ramp_step(s, history, 3.0, 0.5, NOW, lead_seconds=None, pending=(NOW - 30, 4), serving=4, current=4)
+    history = [(NOW - 200.0, 1.0), (NOW - 59.0, 1.0), (NOW - 15.0, 1.2)]
+    step = ramp_step(s, history, 1.5, 0.5, NOW, lead_seconds=None, pending=(NOW - 30, 4), serving=4, current=4)
     assert step.recommendation is None
-    assert step.usage == ((NOW - 59.0, 1.0), (NOW - 15.0, 1.5), (NOW, 3.0))
+    assert step.usage == ((NOW - 59.0, 1.0), (NOW - 15.0, 1.2), (NOW, 1.5))
     assert step.lead_seconds == 30.0  # the lead is still measured while off: turning it on finds it
 
 
@@ -603,7 +659,7 @@ def test_property_the_ramp_lead_only_ever_raises_the_decision(demand: list[float
     n=st.integers(1, 20),
     target=st.floats(0.05, 0.6),  # x (1 + tu) stays under SATURATED_SM_ACTIVE: never overloaded
     tu=st.floats(0, 0.45),
-    td=st.floats(0, 0.25),  # no move between syncs exceeds LEVEL_SHIFT: the fit never restarts
+    td=st.floats(0, 0.25),  # no move between syncs exceeds LEVEL_SHIFT (a two-sync step may restart the fit)
     noise=st.lists(st.floats(-1, 1), min_size=30, max_size=30),
 )
 @example(n=5, target=0.5, tu=0.0, td=0.2265625, noise=[-0.625, -0.375, -1.0] + [0.0] * 27)  # a sliver
@@ -623,16 +679,21 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
     state = ScalerState()
     count = n
     demand: list[tuple[float, float]] = []
+    start = 0  # where the fit restarted: two readings a quarter of the new level off the one before
     for i, x in enumerate(noise):
         now = NOW + i * SYNC
         band = tu if x > 0 else td
         v = target * (1 + 0.999 * band * x)
         demand.append((now, v * n))
+        if len(demand) >= 3:
+            before, low, high = demand[-3][1], *sorted((demand[-2][1], demand[-1][1]))
+            if low - before > STEP_SHIFT * low or before - high > STEP_SHIFT * before:
+                start = len(demand) - 2
         d = desired_replicas(s, state, obs([v] * n, loading=count - n, now=now), now)
         assert d.desired_replicas >= count
         if d.desired_replicas > count:
             assert d.reason == "RisingLoad"
-            window = [(t, u) for t, u in demand if now - t < s.ramp_lead.window_seconds]
+            window = [(t, u) for t, u in demand[start:] if now - t < s.ramp_lead.window_seconds]
             reach = min(float(s.ramp_lead.lead_seconds), window[-1][0] - window[0][0])
             projected = numpy_projection(window, now + reach)
             level = numpy_projection(window, now)

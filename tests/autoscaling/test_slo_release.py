@@ -127,6 +127,40 @@ def test_stabilise_releases(
 
 
 @pytest.mark.parametrize(
+    ("stepped", "count"),
+    [
+        pytest.param(None, 10, id="no-step-releases-to-its-share"),
+        pytest.param(16, 16, id="keeps-what-the-stepped-level-needs"),
+        pytest.param(25, 20, id="a-level-above-the-window-releases-nothing"),
+        pytest.param(8, 10, id="a-level-below-the-share-changes-nothing"),
+    ],
+)
+def test_a_release_keeps_what_a_level_reached_by_a_step_needs(stepped: int | None, count: int) -> None:
+    s = spec(stabilizationSeconds={"down": 900})
+    out = stabilise(s, seen(20, ((600, 20),)), rec(8), T0, release=0.5, stepped=stepped)
+    assert out.replicas == count
+
+
+def test_a_held_peak_comes_down_no_lower_than_a_stepped_level_needs() -> None:
+    """A pool held at 20 by the down window, serving what 8 need, p99 well below the band; demand
+    reached 10.2 (SM-active terms) by a step 3 minutes ago. A load that steps returns as a step,
+    faster than a pod starts, so the release keeps the 17 replicas that level needs at the 0.6
+    target while the step is inside the down window (without the step: down to 15, where a
+    one-replica release is smaller than the direction budget lets go)."""
+    s = spec(stabilizationSeconds={"down": 900})
+    minute = T0 - T0 % 60
+    peaks = ((minute - 240, 4.5), (minute - 180, 10.2), (minute - 120, 10.2), (minute - 60, 4.8))
+    state = ScalerState(recommendations=((T0 - 100, 20),), last_direction=-1, demand_peaks=peaks)
+    n, counts = 20, []
+    for i in range(40):  # the step stays inside the 900 s down window
+        now = T0 + 15 * i
+        d = desired_replicas(s, state, pool(n, 0.6 * 8 / n, 19.0, now), now, slo_p99_ms=SLO)
+        state, n = d.state, d.desired_replicas
+        counts.append(n)
+    assert min(counts) == 17 and counts == sorted(counts, reverse=True)
+
+
+@pytest.mark.parametrize(
     ("last", "changes", "confirmed", "held"),
     [
         pytest.param(1, 1, False, False, id="one-change-either"),

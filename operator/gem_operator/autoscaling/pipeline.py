@@ -26,7 +26,7 @@ from gem_operator.autoscaling.steps.limits import Limited, apply_panic, cap, lim
 from gem_operator.autoscaling.steps.measure import Signals, read_signals
 from gem_operator.autoscaling.steps.observe import Observed, observe
 from gem_operator.autoscaling.steps.recommend import Recommendation, recommend
-from gem_operator.autoscaling.steps.stabilise import Stabilised, stabilise
+from gem_operator.autoscaling.steps.stabilise import Stabilised, stabilise, stepped_floor
 
 
 def decide(
@@ -44,7 +44,8 @@ def decide(
     rec = recommend(spec, sig.sm, seen, now, obs.precompute, state.backlog_empty_since)
     # No capacity is given back while the ramp lead sees demand rising.
     release = sig.slo.release if sig.ramp.recommendation is None and release_fits(spec, state, now) else None
-    stable = stabilise(spec, seen, rec, now, release=release)
+    stepped = None if release is None else stepped_floor(spec, sig.ramp.peaks, sig.slo.target, now)
+    stable = stabilise(spec, seen, rec, now, release=release, stepped=stepped)
     held = rec.replicas is None
     panicked = apply_panic(sig.panic, stable.replicas, seen.current, held=held, yielding=rec.yielding)
     rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)

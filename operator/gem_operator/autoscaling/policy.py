@@ -41,12 +41,13 @@ Steps, in order:
    target, the lead being the measured time from a scale-up decision until that many pods serve
    (120 s until measured). Only ever higher than the SM rule's; inside its tolerance band too
    (waiting for the band is what makes a ramp's replica late); the history restarts while the
-   pool is overloaded and when demand jumps by more than half between two syncs, so a step is
-   not read as a ramp. While demand is no higher than the highest it read in the last hour before
-   the fit's window, the line orders no farther than that earlier peak (a wave returns to its
-   crest; a line through its rising half projects past it). Where one replica is more than
-   `tolerance.up` of the pool, a line past a whole count by under 0.05 of a replica orders no
-   replica for it. Recorded in the stabilisation history like any recommendation.
+   pool is overloaded, when demand jumps by more than half between two syncs, and when two syncs
+   in a row sit more than a quarter of the new level off the reading before them (a step read
+   over two syncs), so a step is not read as a ramp. While demand is no higher than the highest
+   it read in the last hour before the fit's window, the line orders no farther than that earlier
+   peak (a wave returns to its crest; a line through its rising half projects past it). Where
+   one replica is more than `tolerance.up` of the pool, a line past a whole count by under 0.05
+   of a replica orders no replica for it. Recorded in the stabilisation history like any recommendation.
 2. **Hold.** No usable signal (source error, no sample, every sample stale, no Ready pod) ⇒
    keep the current count (bounds still apply) and report `MetricsUnavailable`. Never a
    scale-down on missing data.
@@ -65,7 +66,9 @@ Steps, in order:
    so a one-off flash crowd is not paid for over the whole down window. **Release** (SLO loop):
    while the p99 rests below the loop's band for a whole window on a quiet pool, the down window
    keeps only exp(integralGain x error) of its peak, once per window and not while the ramp lead
-   sees demand rising (`steps/stabilise.py`).
+   sees demand rising (`steps/stabilise.py`), nor below what the highest level a step reached
+   within the down window needs (a minute whose peak demand is 30 % above the minute before's:
+   a load that steps returns as a step, faster than a pod starts).
 5. **Rate policies:** per direction the most permissive listed policy applies, each measured
    against the replicas at the start of its period (recorded scale events).
 6. **Free GPUs:** scale-up is capped at `current + free_gpus // gpusPerReplica` (minus pods

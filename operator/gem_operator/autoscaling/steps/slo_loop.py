@@ -53,7 +53,8 @@ is capped by the SM active it runs at, above). So a p99 below the band for a who
 quiet pool also *releases* (`SloStep.release`): the down window may keep exp(integralGain x error)
 of its peak, the loop's own move on that p99 applied to the capacity it holds (`steps/stabilise.py`),
 once per window since the last release, so each step is judged by the p99 of the smaller pool.
-Nothing is released while the ramp lead sees demand rising, and a release that would turn a
+Nothing is released while the ramp lead sees demand rising, nor below what a level reached by a
+step within the down window needs (`steps/stabilise.py`), and a release that would turn a
 scale-up into a scale-down waits until the direction budget has room for it, the scale-up that may
 follow and one more scale-down (`steps/hysteresis.py`). A confirmed room also opens the budget's
 last change to a scale-down.
