@@ -32,6 +32,7 @@ RUN groupadd --system --gid 65532 gem \
 FROM python-base AS operator-build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY common/ common/
 COPY operator/ operator/
 COPY workloads/ workloads/
 RUN python -m venv /opt/venv \
@@ -80,6 +81,7 @@ RUN python3 -m venv /opt/venv \
     && pip install --index-url "${TORCH_INDEX_URL}" torch==2.13.0 \
     && pip install --no-deps "${FBGEMM_PACKAGE}" torchrec==1.8.0
 COPY pyproject.toml README.md ./
+COPY common/ common/
 COPY operator/ operator/
 COPY workloads/ workloads/
 # The workloads extra names the CPU fbgemm; on CUDA keep the GPU build installed above instead.

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gem_operator.yamldocs import load_documents
+from gem_common.yamldocs import load_documents
 
 GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"

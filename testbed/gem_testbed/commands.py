@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gem_operator.argtypes import non_negative_int, positive_float, positive_int
+from gem_common.argtypes import non_negative_int, positive_float, positive_int
 from gem_testbed.drivers.loadtest import add_parser as add_loadtest
 
 # `sub` is what `ArgumentParser.add_subparsers()` returns (argparse types it privately).

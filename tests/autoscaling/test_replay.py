@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from gem_common.traces import TraceFields, parse_where
 from gem_operator.api.autoscaling import SloFeedback
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.command import main
@@ -38,7 +39,6 @@ from gem_operator.replay.service_model import (
     interpolate,
     weighted_quantile,
 )
-from gem_operator.replay.traces import TraceFields, parse_where
 from gem_testbed.plots.replay import plot_report
 from gem_workloads.replay.trace import load_trace as workloads_load_trace
 

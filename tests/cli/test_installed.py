@@ -38,7 +38,7 @@ def test_demo_and_crds_work_from_an_installed_wheel(tmp_path: Path) -> None:
     # (the `testbed` extra): nothing else of the repository.
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("operator", "workloads", "testbed"):
+    for name in ("common", "operator", "workloads", "testbed"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     pip = [sys.executable, "-m", "pip"]
     subprocess.run(

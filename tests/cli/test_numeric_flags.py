@@ -1,6 +1,6 @@
 """Numeric flags of `gemop` are refused at parse time, naming the flag and what it takes.
 
-Before the argparse types (`gem_operator.argtypes`), `--sync-seconds nan` and `--trend-seconds nan`
+Before the argparse types (`gem_common.argtypes`), `--sync-seconds nan` and `--trend-seconds nan`
 ended in a traceback inside the replay, `--replay-seconds -1` in one inside the demo, and
 `--sync-seconds -5`, `--cluster-gpus -3` or `--timeout -1` ran on them silently.
 """
@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-import gem_operator.argtypes as operator_argtypes
-import gem_workloads.argtypes as workloads_argtypes
+from gem_common import argtypes
 from gem_operator.cli import main
 from gem_operator.replay import traces
 from gem_operator.replay.traces import MAX_TRACE_SECONDS
@@ -36,12 +34,9 @@ TYPES = [
 ]
 
 
-@pytest.mark.parametrize("module", [operator_argtypes, workloads_argtypes], ids=["operator", "workloads"])
 @pytest.mark.parametrize(("name", "accepted", "refused", "expects"), TYPES, ids=[t[0] for t in TYPES])
-def test_argtypes_accept_and_refuse(
-    module: ModuleType, name: str, accepted: dict[str, float], refused: list[str], expects: str
-) -> None:
-    convert = getattr(module, name)
+def test_argtypes_accept_and_refuse(name: str, accepted: dict[str, float], refused: list[str], expects: str) -> None:
+    convert = getattr(argtypes, name)
     for text, value in accepted.items():
         assert convert(text) == value
         assert type(convert(text)) is type(value)

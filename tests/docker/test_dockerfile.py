@@ -161,7 +161,7 @@ def test_build_context_excludes_secrets_and_bulk() -> None:
     lines = [ln.strip() for ln in DOCKERIGNORE.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert lines[0] == "*", "deny everything, then allow what the images need"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "operator", "workloads"}
+    assert allowed == {"pyproject.toml", "README.md", "common", "operator", "workloads"}
     for pattern in ("**/.env", "**/*.pem", "**/*.key", "**/*kubeconfig*"):
         assert pattern in lines
     copied = {

@@ -1,6 +1,6 @@
 """Numeric flags of the workloads' commands are refused at parse time, naming the flag.
 
-Before the argparse types (`gem_workloads.argtypes`): `--lr -1`, `--batch-size 0` and
+Before the argparse types (`gem_common.argtypes`): `--lr -1`, `--batch-size 0` and
 `--metrics-port 70000` ended in tracebacks from the optimiser, the loader and the metrics server's
 bind; `--threads -1` and `--seq-len -1` in tracebacks from torch and numpy; `--speedup nan`,
 `--timeout -1`, `--batch-timeout-ms -1` and `--device-time-scale 0` ran on them silently.

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gem_common.argtypes import tcp_port
 from gem_operator import __version__
-from gem_operator.argtypes import tcp_port
 from gem_operator.envvars import EnvSettingError
 
 

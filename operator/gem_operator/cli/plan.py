@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from gem_operator.yamldocs import FAST_LOADER, load_documents
+from gem_common.yamldocs import FAST_LOADER, load_documents
 
 GEM_API = "gem.dev/v1alpha1"
 

@@ -16,10 +16,10 @@ from typing import Any, TextIO
 
 import yaml
 
+from gem_common.yamldocs import load_documents
 from gem_operator.api.common import GROUP
 from gem_operator.api.kinds import KINDS, KindInfo
 from gem_operator.api.validation import MAX_DEPTH, too_deep
-from gem_operator.yamldocs import load_documents
 
 SUFFIXES = (".yaml", ".yml", ".json")
 # A YAML text nested this deep cannot be a manifest of ours, and PyYAML's composer would recurse.

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gem_common.argtypes import positive_float, positive_int
 from gem_operator import plugins
-from gem_operator.argtypes import positive_float, positive_int
 from gem_operator.replay.engine import run_replay
 from gem_operator.replay.service_model import ProfileError
 from gem_operator.replay.traces import SCALE_MODES, TREND_SECONDS, TraceError, add_trace_arguments, trace_fields

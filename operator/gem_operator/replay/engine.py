@@ -505,7 +505,7 @@ def run_replay(
 
     `static_replicas` fixes the static pool's size (default: sized for the run's peak);
     `rps_window_seconds` the HPA-on-RPS baseline's rate window (default: one sync period);
-    `time_unit` the unit of numeric time stamps ("auto": by their size, `traces.numeric_time_unit`);
+    `time_unit` the unit of numeric time stamps ("auto": by their size, `gem_common.traces.numeric_time_unit`);
     `fields` the trace's time field and the rows to keep (`--time-column`, `--where`)."""
     name, spec = load_service(service)
     model = ServiceModel.load(profile) if profile is not None else ServiceModel()

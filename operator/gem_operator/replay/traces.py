@@ -18,7 +18,8 @@ the first time of the file (`time_unit="auto"`; `--time-unit` names the unit ins
 systems and databases export those units, and read as seconds a 15-minute trace in milliseconds
 would replay as 10 days of near-silence.
 
-Every parse error names the file, the line and the column or key.
+Every parse error names the file, the line and the column or key. The fields, the time units and
+the time parsing are `gem_common.traces`, the same code the workloads' replayer reads with.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import csv
 import json
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,18 +36,20 @@ import numpy as np
 import yaml
 from pydantic import ValidationError
 
+from gem_common.traces import (
+    TIME_UNIT_NAMES,
+    TIME_UNITS,
+    TimeReader,
+    TraceError,
+    TraceFields,
+    json_text,
+    parse_where,
+)
+from gem_common.yamldocs import load_documents
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.yamldocs import load_documents
 
 if TYPE_CHECKING:
     from _csv import Reader
-
-
-class TraceError(ValueError):
-    """A trace or service file is unusable; the message names the file, line and column."""
-
-
-# --------------------------------------------------------------------------- traces
 
 
 @dataclass(frozen=True)
@@ -61,27 +63,6 @@ class LoadSeries:
     @property
     def seconds(self) -> int:
         return len(self.cost)
-
-
-@dataclass(frozen=True)
-class TraceFields:
-    """Which fields of a trace hold what: `time` (None: CSV `TIMESTAMP` in any case, JSONL `t`) and
-    the rows to keep, `where` (every field equal to its value: a CSV cell as written, a JSON value as
-    JSON writes it, so `status=200` matches the number and `ok=true` the boolean)."""
-
-    time: str | None = None
-    where: tuple[tuple[str, str], ...] = ()
-
-    def described(self) -> str:
-        return " ".join(f"--where {k}={v}" for k, v in self.where)
-
-
-def parse_where(text: str) -> tuple[str, str]:
-    """`FIELD=VALUE` of a `--where` flag."""
-    field, sep, value = text.partition("=")
-    if not sep or not field.strip():
-        raise TraceError(f"--where {text!r}: expected FIELD=VALUE, e.g. --where service=ranker")
-    return field.strip(), value
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,10 +89,6 @@ def trace_fields(args: argparse.Namespace) -> TraceFields:
     return TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
 
 
-def _json_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 @dataclass(frozen=True)
 class Arrivals:
     """Request arrivals: seconds from the first one, request counts and cost units."""
@@ -123,20 +100,6 @@ class Arrivals:
     time_unit: str | None = None  # what numeric times were read as ("s", "ms", ...); None: date-times
 
 
-# Seconds per unit of a numeric time.
-TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-TIME_UNIT_NAMES = {"s": "seconds", "ms": "epoch milliseconds", "us": "epoch microseconds", "ns": "epoch nanoseconds"}
-
-
-def numeric_time_unit(first: float) -> str:
-    """The unit of a file's numeric times, from the size of its first: seconds up to 1e11 (the
-    year 5138), then epoch milliseconds, microseconds (1e14) and nanoseconds (1e17)."""
-    for bound, unit in ((1e17, "ns"), (1e14, "us"), (1e11, "ms")):
-        if abs(first) >= bound:
-            return unit
-    return "s"
-
-
 def time_note(arrivals: Arrivals, time_unit: str) -> str:
     """What a report's header says of numeric time stamps not read as seconds ("" otherwise): a
     unit picked by size is a guess the user should see, with the flag that overrides it."""
@@ -146,45 +109,7 @@ def time_note(arrivals: Arrivals, time_unit: str) -> str:
     return f"time stamps: numbers, read as {TIME_UNIT_NAMES[arrivals.time_unit]} ({how})"
 
 
-class _TimeReader:
-    """Parses a file's time stamps: date-times to epoch seconds; numbers in the file's unit (given,
-    or picked by `numeric_time_unit` from the first number read)."""
-
-    def __init__(self, time_unit: str) -> None:
-        if time_unit != "auto" and time_unit not in TIME_UNITS:
-            raise TraceError(f"--time-unit must be auto or one of {', '.join(TIME_UNITS)}, got {time_unit!r}")
-        self.unit: str | None = None if time_unit == "auto" else time_unit
-
-    def number(self, value: float) -> float:
-        if self.unit is None:
-            self.unit = numeric_time_unit(value)
-        return value * TIME_UNITS[self.unit]
-
-    def parse(self, text: str) -> float:
-        text = text.strip()
-        try:
-            value = float(text)
-        except ValueError:
-            return _parse_datetime(text)
-        if not math.isfinite(value):
-            raise ValueError(f"not a finite time: {text!r}")
-        return self.number(value)
-
-
-def _parse_datetime(text: str) -> float:
-    # datetime.fromisoformat takes at most 6 fractional digits on older Pythons.
-    if "." in text:
-        head, frac = text.rsplit(".", 1)
-        digits = frac[: len(frac) - len(frac.lstrip("0123456789"))]  # the leading run, not an offset's
-        rest = frac[len(digits) :]
-        text = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:  # naive times are read as UTC, so DST never bends the time axis
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def _load_csv(path: Path, cost_column: str | None, clock: _TimeReader, fields: TraceFields) -> Arrivals:
+def _load_csv(path: Path, cost_column: str | None, clock: TimeReader, fields: TraceFields) -> Arrivals:
     try:
         fh = path.open(newline="", encoding="utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not a column name
     except OSError as exc:
@@ -209,7 +134,7 @@ def _column(path: Path, names: list[str], name: str, flag: str) -> int:
     raise TraceError(f"{path}: line 1: no {name} column for {flag} (columns: {', '.join(names)})")
 
 
-def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeReader, fields: TraceFields) -> Arrivals:
+def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: TimeReader, fields: TraceFields) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     time_name = fields.time or "TIMESTAMP"
@@ -268,7 +193,7 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeR
     return Arrivals(times, [1.0] * len(times), costs, str(path), clock.unit)
 
 
-def _load_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals:
+def _load_jsonl(path: Path, clock: TimeReader, fields: TraceFields) -> Arrivals:
     time_key = fields.time or "t"
     rows = 0
     times: list[float] = []
@@ -303,7 +228,7 @@ def _load_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals
             return float(v)
 
         rows += 1
-        if any(k not in obj or _json_text(obj[k]) != v for k, v in fields.where):
+        if any(k not in obj or json_text(obj[k]) != v for k, v in fields.where):
             continue
         t = _json_time(path, no, obj, time_key, clock, fields)
         count = num("count", 1.0)
@@ -317,7 +242,7 @@ def _load_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals
     return Arrivals(times, counts, costs, str(path), clock.unit)
 
 
-def _json_time(path: Path, line: int, obj: dict[str, Any], key: str, clock: _TimeReader, fields: TraceFields) -> float:
+def _json_time(path: Path, line: int, obj: dict[str, Any], key: str, clock: TimeReader, fields: TraceFields) -> float:
     """A line's time: a number (in the file's unit) or a string (a date-time, or a number)."""
     if key not in obj:
         hint = "" if fields.time else " (--time-column NAME reads the time from another key)"
@@ -342,7 +267,7 @@ def load_trace(
     in `time_unit` ("auto": by their size, see the module's docstring); `fields` names the time
     field and the rows to keep."""
     fields = fields or TraceFields()
-    clock = _TimeReader(time_unit)
+    clock = TimeReader(time_unit)
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json"):

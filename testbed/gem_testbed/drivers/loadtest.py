@@ -50,8 +50,8 @@ from typing import Any
 
 import yaml
 
+from gem_common.argtypes import non_negative_float, positive_float, positive_int
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.argtypes import non_negative_float, positive_float, positive_int
 from gem_operator.replay.engine import (
     HPA_RPS,
     POLICY,

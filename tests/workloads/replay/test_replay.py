@@ -103,7 +103,7 @@ def test_date_times_without_an_offset_are_utc(tmp_path: Path, monkeypatch: pytes
 def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert replay_main(["--trace", str(tmp_path / "missing.csv"), "--url", "http://127.0.0.1:9"]) == 2
     assert "no such file" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as info:  # refused while parsing (gem_workloads.argtypes)
+    with pytest.raises(SystemExit) as info:  # refused while parsing (gem_common.argtypes)
         replay_main(["--trace", str(AZURE), "--url", "http://x", "--speedup", "0"])
     assert info.value.code == 2
     assert "argument --speedup: expected a finite number > 0, got '0'" in capsys.readouterr().err
@@ -215,8 +215,8 @@ def test_cli_bounded_by_count(server_url: str, tmp_path: Path, capsys: pytest.Ca
 def test_a_teams_own_log_names_its_time_field_and_mixes_services(tmp_path: Path) -> None:
     """The replayer reads a team's access log as `gemop replay` does: --time-column, JSONL date-time
     strings, --where keeping one service's rows; each missing field says which flag reads it."""
+    from gem_common.traces import TraceFields, parse_where
     from gem_workloads.replay.__main__ import parser
-    from gem_workloads.replay.trace import TraceFields, parse_where
 
     jsonl = tmp_path / "access.jsonl"
     jsonl.write_text(

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ..yamldocs import load_documents
+from gem_common.yamldocs import load_documents
 
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,40}[a-z0-9])?$")
 _URI = re.compile(r"^((s3|gs|https?|file)://.+|/.+)$")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gem_workloads.argtypes import positive_int
+from gem_common.argtypes import positive_int
 from gem_workloads.loader.errors import LoaderError, UsageError
 from gem_workloads.loader.manifest import (
     ALGORITHMS,

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from prometheus_client import start_http_server
 
-from ..argtypes import non_negative_float, non_negative_int, positive_float, positive_int, tcp_port
+from gem_common.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, tcp_port
+
 from ..exchange.store import check_tiers
 from .service import PrecomputeMetrics, install_sigterm, run_pool
 from .worker import WorkerConfig

@@ -13,9 +13,11 @@ import asyncio
 import json
 import sys
 
-from ..argtypes import positive_float, positive_int
+from gem_common.argtypes import positive_float, positive_int
+from gem_common.traces import TIME_UNITS, TraceError, TraceFields, parse_where
+
 from .runner import ReplayConfig, replay
-from .trace import TIME_UNITS, TraceError, TraceFields, load_trace, parse_where
+from .trace import load_trace
 
 UNIT_NAMES = {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 

@@ -16,7 +16,8 @@ epoch milliseconds, from 1e14 microseconds, from 1e17 nanoseconds, judged on the
 time (``time_unit="auto"``; ``--time-unit`` names the unit instead), as ``gemop replay`` reads
 them. Date-times without an offset are UTC, so a daylight-saving change never bends the time axis.
 
-Errors name the file, the line and the column.
+Errors name the file, the line and the column. The fields, the time units and the time parsing
+are ``gem_common.traces``, the same code ``gemop replay`` reads with.
 """
 
 from __future__ import annotations
@@ -25,40 +26,13 @@ import csv
 import json
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gem_common.traces import TimeReader, TraceError, TraceFields, json_text
+
 if TYPE_CHECKING:
     from _csv import Reader
-
-
-class TraceError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class TraceFields:
-    """The time field (None: CSV ``TIMESTAMP`` in any case, JSONL ``t``) and the rows to keep: every
-    ``where`` field equal to its value (a CSV cell as written, a JSON value as JSON writes it)."""
-
-    time: str | None = None
-    where: tuple[tuple[str, str], ...] = ()
-
-    def described(self) -> str:
-        return " ".join(f"--where {k}={v}" for k, v in self.where)
-
-
-def parse_where(text: str) -> tuple[str, str]:
-    """``FIELD=VALUE`` of a ``--where`` flag."""
-    field, sep, value = text.partition("=")
-    if not sep or not field.strip():
-        raise TraceError(f"--where {text!r}: expected FIELD=VALUE, e.g. --where service=ranker")
-    return field.strip(), value
-
-
-def _json_text(value: object) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _column(path: Path, names: list[str], name: str, flag: str) -> int:
@@ -86,58 +60,6 @@ class Arrivals:
 MAX_ARRIVALS = 20_000_000
 
 
-# Seconds per unit of a numeric time.
-TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-
-
-def numeric_time_unit(first: float) -> str:
-    """The unit of a file's numeric times, from the size of its first: seconds up to 1e11 (the
-    year 5138), then epoch milliseconds, microseconds (1e14) and nanoseconds (1e17)."""
-    for bound, unit in ((1e17, "ns"), (1e14, "us"), (1e11, "ms")):
-        if abs(first) >= bound:
-            return unit
-    return "s"
-
-
-class _TimeReader:
-    """Parses a file's times: date-times to epoch seconds, numbers in the file's unit (given, or
-    picked by ``numeric_time_unit`` from the first number read)."""
-
-    def __init__(self, time_unit: str) -> None:
-        if time_unit != "auto" and time_unit not in TIME_UNITS:
-            raise TraceError(f"--time-unit must be auto or one of {', '.join(TIME_UNITS)}, got {time_unit!r}")
-        self.unit: str | None = None if time_unit == "auto" else time_unit
-
-    def number(self, value: float) -> float:
-        if self.unit is None:
-            self.unit = numeric_time_unit(value)
-        return value * TIME_UNITS[self.unit]
-
-    def parse(self, raw: str) -> float:
-        text = raw.strip()
-        try:
-            value = float(text)
-        except ValueError:
-            return _datetime(text)
-        if not math.isfinite(value):
-            raise ValueError(f"not a finite time: {raw!r}")
-        return self.number(value)
-
-
-def _datetime(text: str) -> float:
-    # Python's parser takes at most 6 fractional digits (the Azure traces carry 7); what follows
-    # the digits (an offset, "Z") is kept.
-    if "." in text:
-        head, frac = text.rsplit(".", 1)
-        digits = frac[: len(frac) - len(frac.lstrip("0123456789"))]  # the leading run, not an offset's
-        rest = frac[len(digits) :]
-        text = f"{head}.{digits[:6].ljust(6, '0')}{rest}"
-    parsed = datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
 def _normalise(times: list[float], costs: list[float], path: Path, time_unit: str | None) -> Arrivals:
     if not times:
         raise TraceError(f"{path}: no requests in the trace")
@@ -156,14 +78,14 @@ def load_csv(
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         try:
-            return _read_csv(path, reader, cost_column, _TimeReader(time_unit), fields or TraceFields())
+            return _read_csv(path, reader, cost_column, TimeReader(time_unit), fields or TraceFields())
         except UnicodeDecodeError as exc:
             raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
         except csv.Error as exc:  # e.g. a field past the csv module's size limit
             raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
 
 
-def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeReader, fields: TraceFields) -> Arrivals:
+def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: TimeReader, fields: TraceFields) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     time_name = fields.time or "TIMESTAMP"
@@ -211,12 +133,12 @@ def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: _TimeR
 
 def load_jsonl(path: Path, time_unit: str = "auto", fields: TraceFields | None = None) -> Arrivals:
     try:
-        return _read_jsonl(path, _TimeReader(time_unit), fields or TraceFields())
+        return _read_jsonl(path, TimeReader(time_unit), fields or TraceFields())
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a JSONL trace?") from None
 
 
-def _read_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals:
+def _read_jsonl(path: Path, clock: TimeReader, fields: TraceFields) -> Arrivals:
     times: list[float] = []
     costs: list[float] = []
     time_key = fields.time or "t"
@@ -234,7 +156,7 @@ def _read_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals
             if isinstance(obj, dict):
                 rows += 1
                 # Another service's line is skipped before its fields are judged, as `gemop replay` does.
-                if any(k not in obj or _json_text(obj[k]) != v for k, v in fields.where):
+                if any(k not in obj or json_text(obj[k]) != v for k, v in fields.where):
                     continue
             if not isinstance(obj, dict) or time_key not in obj:
                 hint = "" if fields.time else " (--time-column NAME reads the time from another key)"
@@ -263,7 +185,7 @@ def _read_jsonl(path: Path, clock: _TimeReader, fields: TraceFields) -> Arrivals
     return _normalise(times, costs, path, clock.unit)
 
 
-def _line_time(path: Path, line: int, value: object, key: str, clock: _TimeReader) -> float:
+def _line_time(path: Path, line: int, value: object, key: str, clock: TimeReader) -> float:
     """A JSONL line's time: a number (in the file's unit) or a string (a date-time, or a number)."""
     try:
         if isinstance(value, str):

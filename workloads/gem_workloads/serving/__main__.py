@@ -17,7 +17,8 @@ import torch
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from ..argtypes import non_negative_float, non_negative_int, positive_float, positive_int, tcp_port
+from gem_common.argtypes import non_negative_float, non_negative_int, positive_float, positive_int, tcp_port
+
 from ..models.devices import DEVICE_ENV, DeviceError, resolve_device
 from ..models.model_dir import LoadedModel
 from ..scoring.engine import load_model, preset_model

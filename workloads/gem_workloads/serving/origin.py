@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..argtypes import positive_int
+from gem_common.argtypes import positive_int
+
 from ..loader.manifest import MANIFEST_NAME, build_manifest
 from ..models.model_dir import save_model_dir
 from ..scoring.engine import preset_model

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..argtypes import non_negative_int, positive_int
+from gem_common.argtypes import non_negative_int, positive_int
+
 from ..scoring.engine import load_model
 from ..scoring.precision import PRECISIONS
 from ..scoring.precision_plan import plan_precision, write_plan

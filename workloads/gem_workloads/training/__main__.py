@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..argtypes import non_negative_int, positive_float, positive_int, tcp_port
+from gem_common.argtypes import non_negative_int, positive_float, positive_int, tcp_port
+
 from .env import ENV_HELP, EnvContractError, TrainingEnv, load_env, require_supported_mesh
 
 

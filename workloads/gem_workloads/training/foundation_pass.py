@@ -31,7 +31,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from ..argtypes import positive_int
+from gem_common.argtypes import positive_int
+
 from ..data.blocks import collate
 from ..data.catalog import load_dataset
 from ..data.timeline import TimedDataset

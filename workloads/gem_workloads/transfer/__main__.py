@@ -13,7 +13,8 @@ import json
 import sys
 from typing import Any
 
-from ..argtypes import non_negative_int
+from gem_common.argtypes import non_negative_int
+
 from ..data.catalog import DATASETS
 
 

@@ -2,11 +2,13 @@
 
 Why: a YAML alias is a reference, so a few lines (nine anchors of nine aliases each, the "billion
 laughs") load as a small graph that *means* a billion values. Every later walk (validation,
-``json.dumps``, the depth check) visits each of them and never ends. Here: the data spec file given
-to the trainer. Anchors used as people use them (a block of defaults reused a few times) stay well
-under the bound.
+``json.dumps``, the depth check) visits each of them and never ends. The API server never hands the
+operator such a thing (it speaks JSON); the files given to ``gemop`` (manifests to validate or plan,
+a RankingService to replay, a fleet) and the data spec given to the trainer can. Anchors used as
+people use them (a block of defaults reused a few times) stay well under the bound.
 
-A deliberate copy of ``gem_operator.yamldocs``: the workloads never import the operator.
+It lives in ``gem_common``, below both the operator and the workloads (which never import the
+operator).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""argparse types for the numeric flags of `gemop` and the testbed's commands.
+"""argparse types for the numeric flags of every command (`gemop`, the testbed's, `python -m gem_workloads.X`).
 
 A bad value is refused when the command line is parsed, and argparse names the flag
 (`argument --sync-seconds: expected a finite number > 0, got 'nan'`), so nothing runs on it.
 Plain `type=float` lets `nan` and `inf` through every check written as `x <= 0`; they then
 fail far from the flag (a NaN sync period became an int conversion error inside the replay).
 
-The workloads' commands have the same types in `gem_workloads.argtypes`: workloads never import
-the operator (import-linter), and these are the whole of it.
+They live in `gem_common`, below both the operator and the workloads: the workloads never import
+the operator (import-linter), and a copy in each drifted in its messages.
 """
 
 from __future__ import annotations
