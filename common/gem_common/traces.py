@@ -6,14 +6,21 @@ Numeric times are seconds, unless they are too large to be: from 1e11 on (past t
 seconds) they are epoch milliseconds, from 1e14 microseconds, from 1e17 nanoseconds, judged on the
 first time of the file (`TimeReader("auto")`; a unit named instead is used as given). Date-times
 without an offset are read as UTC, so daylight saving never bends the time axis.
+
+Both readers read a file line by line here too (`json_lines`, `csv_lines` and `csv_trace`), so a
+file that cannot be read, is not UTF-8, or holds a line that is not JSON or CSV gets one message,
+naming the file and the line, whichever command read it. What a line means is each reader's own.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 
 class TraceError(ValueError):
@@ -31,6 +38,10 @@ class TraceFields:
 
     def described(self) -> str:
         return " ".join(f"--where {k}={v}" for k, v in self.where)
+
+    def matches(self, obj: dict[str, object]) -> bool:
+        """Whether a JSON line is one `where` keeps: every field present and equal to its value."""
+        return all(k in obj and json_text(obj[k]) == v for k, v in self.where)
 
 
 def parse_where(text: str) -> tuple[str, str]:
@@ -100,12 +111,172 @@ def parse_datetime(text: str) -> float:
     return parsed.timestamp()
 
 
+# --------------------------------------------------------------------------- reading line by line
+# Files are opened with `surrogateescape`: a byte that is not UTF-8 comes through as a lone surrogate,
+# so the line holding it is known (a strict decoder fails on a whole chunk, lines before it included).
+
+
+def _unreadable(path: Path, exc: OSError) -> TraceError:
+    """A missing, unreadable or not-a-file path: the OS's reason, without a traceback."""
+    return TraceError(f"{path}: cannot read trace: {exc.strerror or exc}")
+
+
+def _bad_byte(text: str) -> tuple[int, int] | None:
+    """(index, value) of the first byte of `text` that was not UTF-8, or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start, ord(text[exc.start]) - 0xDC00  # surrogateescape: byte b reads as U+DC00 + b
+    return None
+
+
+def _not_utf8(byte: int, kind: str) -> str:
+    """The byte and the likely cause: another file given, or a log exported in another encoding."""
+    return f"not UTF-8 text (byte 0x{byte:02x}); is it a {kind} trace, saved as UTF-8?"
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, object]]:
+    """Each line's JSON value with its line number, blank lines skipped. A stream, not a list: a
+    team's log may outgrow memory. A line that does not read is a TraceError naming the line."""
+    try:
+        with path.open(encoding="utf-8", errors="surrogateescape") as fh:
+            for no, text in enumerate(fh, start=1):
+                if text.strip():
+                    yield no, _json_value(path, no, text)
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _json_value(path: Path, no: int, text: str) -> object:
+    """One line's value; json's own errors (and its recursion) become the line's TraceError."""
+    bad = _bad_byte(text)
+    if bad is not None:
+        raise TraceError(f"{path}: line {no}, column {bad[0] + 1}: {_not_utf8(bad[1], 'JSONL')}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: line {no}, column {exc.colno}: invalid JSON: {exc.msg}") from None
+    except RecursionError:  # json's decoder recurses per level
+        raise TraceError(f"{path}: line {no}: invalid JSON: nested too deeply for a trace line") from None
+
+
+CsvLines = Iterator[tuple[int, list[str]]]
+
+
+def csv_lines(path: Path) -> CsvLines:
+    """Each CSV row, header first, with the line it ends on (a quoted field may span lines); blank
+    lines come as empty rows, for the reader to skip. A stream; failures name the line."""
+    try:
+        # -sig: a spreadsheet's byte-order mark is not part of the first column's name
+        with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
+            reader = csv.reader(fh)
+            try:
+                for row in reader:
+                    if not "".join(row).isascii():  # a byte that was not UTF-8 is never ASCII
+                        _check_utf8(path, reader.line_num, row)
+                    yield reader.line_num, row
+            except csv.Error as exc:  # e.g. a field past the csv module's size limit
+                raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _check_utf8(path: Path, line: int, row: list[str]) -> None:
+    """Refuses a row with a byte that was not UTF-8 (any row, one the reader skips too)."""
+    for i, cell in enumerate(row):
+        bad = _bad_byte(cell)
+        if bad is not None:
+            raise TraceError(f"{path}: line {line}, field {i + 1}: {_not_utf8(bad[1], 'CSV')}")
+
+
+def _index(names: list[str], name: str) -> int | None:
+    """The column called `name`: exact, else the one matching without case (two such: None)."""
+    if name in names:
+        return names.index(name)
+    upper = [n.upper() for n in names]
+    return upper.index(name.upper()) if upper.count(name.upper()) == 1 else None
+
+
+@dataclass(frozen=True)
+class CsvHeader:
+    """A CSV trace's column names and the columns both readers look up in them: the time, the
+    `--where` fields and the `--cost-column` (None: every request costs 1). See `csv_trace`."""
+
+    path: Path
+    names: list[str]
+    time: int
+    where: tuple[tuple[int, str], ...] = ()
+    cost: int | None = None
+
+    def keeps(self, row: list[str]) -> bool:
+        """Whether `--where` keeps a row: each of its cells, stripped, as written in the flag."""
+        return all(i < len(row) and row[i].strip() == v for i, v in self.where)
+
+    def time_of(self, line: int, row: list[str], clock: TimeReader) -> float:
+        """A row's time in epoch seconds (a short row's is empty, so an error naming the column)."""
+        cell = row[self.time] if self.time < len(row) else ""
+        try:
+            return clock.parse(cell)
+        except ValueError:
+            raise TraceError(
+                f"{self.path}: line {line}, column {self.names[self.time]}: cannot parse {cell!r} as a time "
+                "(expected e.g. 2023-11-16 18:17:03.97 or seconds)"
+            ) from None
+
+    def cost_of(self, line: int, row: list[str]) -> float:
+        """A row's cost: its cost column's number (finite, >= 0), or 1 without one."""
+        if self.cost is None:
+            return 1.0
+        cell = row[self.cost] if self.cost < len(row) else ""
+        at = f"{self.path}: line {line}, column {self.names[self.cost]}"
+        try:
+            value = float(cell)
+        except ValueError:
+            raise TraceError(f"{at}: {cell!r} is not a number") from None
+        if not math.isfinite(value) or value < 0:
+            raise TraceError(f"{at}: cost must be >= 0, got {value}")
+        return value
+
+
+def csv_trace(path: Path, fields: TraceFields, cost_column: str | None = None) -> tuple[CsvHeader, CsvLines]:
+    """A CSV trace's header, its columns looked up, and the rows after it, still to be read. The
+    time and `--where` columns match without case; a cost column, a weight, is named exactly."""
+    lines = csv_lines(path)
+    time_name = fields.time or "TIMESTAMP"
+    first = next(lines, None)
+    if first is None:
+        raise TraceError(f"{path}: empty file; expected a header line with a {time_name} column")
+    names = [n.strip() for n in first[1]]
+    listed = ", ".join(names)
+    time = _index(names, time_name)
+    if time is None:
+        hint = "" if fields.time else "; --time-column NAME reads the time from another"
+        raise TraceError(f"{path}: line 1: no {time_name} column (columns: {listed}){hint}")
+    where = []
+    for k, v in fields.where:
+        i = _index(names, k)
+        if i is None:
+            raise TraceError(f"{path}: line 1: no {k} column for --where {k}={v} (columns: {listed})")
+        where.append((i, v))
+    if cost_column is not None and cost_column not in names:
+        raise TraceError(f"{path}: line 1: no column {cost_column!r} for --cost-column (columns: {listed})")
+    cost = None if cost_column is None else names.index(cost_column)
+    return CsvHeader(path, names, time, tuple(where), cost), lines
+
+
 __all__ = [
     "TIME_UNITS",
     "TIME_UNIT_NAMES",
+    "CsvHeader",
+    "CsvLines",
     "TimeReader",
     "TraceError",
     "TraceFields",
+    "csv_lines",
+    "csv_trace",
+    "json_lines",
     "json_text",
     "numeric_time_unit",
     "parse_datetime",

@@ -193,8 +193,10 @@ def test_numeric_timestamps_and_sniffing(tmp_path: Path) -> None:
         ("a.csv", "TIMESTAMP\n1\nnan\n", "line 3, column TIMESTAMP: cannot parse 'nan'"),  # was a traceback
         ("a.csv", "TIMESTAMP\n1\n-inf\n", "line 3, column TIMESTAMP: cannot parse '-inf'"),
         ("a.csv", "TIMESTAMP\n1\n" + "9" * 200_000 + "\n", "line 3: not a CSV row (field larger"),
-        ("a.dat", "TIMESTAMP\n\udcff\udcfe\n", "not UTF-8 text"),  # any extension: sniffing reads text too
-        ("a.csv", "TIMESTAMP\n1\n\udc80\n", "not UTF-8 text"),
+        # any extension: sniffing reads text too
+        ("a.dat", "TIMESTAMP\n\udcff\udcfe\n", "line 2, field 1: not UTF-8 text (byte 0xff); is it a CSV trace"),
+        ("a.csv", "TIMESTAMP\n1\n\udc80\n", "line 3, field 1: not UTF-8 text (byte 0x80); is it a CSV trace"),
+        ("a.jsonl", '{"t": 1}\n{"t": "\udcff"}\n', "line 2, column 8: not UTF-8 text (byte 0xff); is it a JSONL trace"),
         ("a.jsonl", '{"t": 1, "count": 1e308}\n{"t": 1.5, "count": 1e308}\n', "add up past a float's range"),
     ],
 )

@@ -18,19 +18,18 @@ the first time of the file (`time_unit="auto"`; `--time-unit` names the unit ins
 systems and databases export those units, and read as seconds a 15-minute trace in milliseconds
 would replay as 10 days of near-silence.
 
-Every parse error names the file, the line and the column or key. The fields, the time units and
-the time parsing are `gem_common.traces`, the same code the workloads' replayer reads with.
+Every parse error names the file, the line and the column or key. The fields, the time units, the
+time parsing and the reading line by line (CSV rows, JSON lines) are `gem_common.traces`, the same
+code the workloads' replayer reads with.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -42,14 +41,12 @@ from gem_common.traces import (
     TimeReader,
     TraceError,
     TraceFields,
-    json_text,
+    csv_trace,
+    json_lines,
     parse_where,
 )
 from gem_common.yamldocs import load_documents
 from gem_operator.api.serving import RankingServiceSpec
-
-if TYPE_CHECKING:
-    from _csv import Reader
 
 
 @dataclass(frozen=True)
@@ -110,136 +107,64 @@ def time_note(arrivals: Arrivals, time_unit: str) -> str:
 
 
 def _load_csv(path: Path, cost_column: str | None, clock: TimeReader, fields: TraceFields) -> Arrivals:
-    try:
-        fh = path.open(newline="", encoding="utf-8-sig")  # -sig: a spreadsheet's byte-order mark is not a column name
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
-    reader = csv.reader(fh)
-    try:
-        with fh:
-            return _read_csv(path, reader, cost_column, clock, fields)
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
-    except csv.Error as exc:  # e.g. a field past the csv module's size limit
-        raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
-
-
-def _column(path: Path, names: list[str], name: str, flag: str) -> int:
-    """The index of column `name` (exact, else the one matching without case)."""
-    if name in names:
-        return names.index(name)
-    upper = [n.upper() for n in names]
-    if upper.count(name.upper()) == 1:
-        return upper.index(name.upper())
-    raise TraceError(f"{path}: line 1: no {name} column for {flag} (columns: {', '.join(names)})")
-
-
-def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: TimeReader, fields: TraceFields) -> Arrivals:
+    """One request per row; a row must have the header's fields (a shifted column is no request)."""
+    header, lines = csv_trace(path, fields, cost_column)
     times: list[float] = []
     costs: list[float] = []
-    time_name = fields.time or "TIMESTAMP"
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise TraceError(f"{path}: empty file; expected a header line with a {time_name} column") from None
-    names = [h.strip() for h in header]
-    try:
-        t_idx = _column(path, names, time_name, "the time")
-    except TraceError:
-        hint = "" if fields.time else "; --time-column NAME reads the time from another"
-        raise TraceError(f"{path}: line 1: no {time_name} column (columns: {', '.join(names)}){hint}") from None
-    keep = [(_column(path, names, k, f"--where {k}={v}"), v) for k, v in fields.where]
     rows = 0
-    c_idx: int | None = None
-    if cost_column is not None:
-        if cost_column not in names:
-            raise TraceError(f"{path}: line 1: no column {cost_column!r} for --cost-column (columns: {names})")
-        c_idx = names.index(cost_column)
-    for row in reader:
-        line = reader.line_num
-        if not row or all(not cell.strip() for cell in row):
+    for line, row in lines:
+        if all(not cell.strip() for cell in row):
             continue
-        if len(row) != len(names):
-            raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(names)}")
+        if len(row) != len(header.names):
+            raise TraceError(f"{path}: line {line}: {len(row)} fields, the header has {len(header.names)}")
         rows += 1
-        if any(row[i].strip() != v for i, v in keep):
-            continue
-        try:
-            times.append(clock.parse(row[t_idx]))
-        except ValueError:
-            raise TraceError(
-                f"{path}: line {line}, column {names[t_idx]}: cannot parse {row[t_idx]!r} as a time "
-                "(expected e.g. 2023-11-16 18:17:03.97 or seconds)"
-            ) from None
-        if c_idx is not None:
-            try:
-                value = float(row[c_idx])
-            except ValueError:
-                raise TraceError(f"{path}: line {line}, column {cost_column}: {row[c_idx]!r} is not a number") from None
-            if not math.isfinite(value) or value < 0:
-                raise TraceError(f"{path}: line {line}, column {cost_column}: cost must be >= 0, got {value}")
-            costs.append(value)
+        if header.keeps(row):
+            times.append(header.time_of(line, row, clock))
+            costs.append(header.cost_of(line, row))
     if not times:
-        if keep and rows:
+        if fields.where and rows:
             raise TraceError(f"{path}: none of its {rows} rows matches {fields.described()}")
         raise TraceError(f"{path}: no requests after the header")
-    if c_idx is not None:
+    if header.cost is not None:
         mean = sum(c / len(costs) for c in costs)  # divided first: a sum of huge costs would overflow
         if mean <= 0:
             raise TraceError(f"{path}: column {cost_column} sums to zero; cannot weight requests by it")
         costs = [c / mean for c in costs]
-    else:
-        costs = [1.0] * len(times)
     return Arrivals(times, [1.0] * len(times), costs, str(path), clock.unit)
 
 
 def _load_jsonl(path: Path, clock: TimeReader, fields: TraceFields) -> Arrivals:
+    """One line per request or per group of them (`count`), weighed by `cost`."""
     time_key = fields.time or "t"
     rows = 0
     times: list[float] = []
     counts: list[float] = []
     costs: list[float] = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text: {exc.reason}") from exc
-    for no, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{path}: line {no}, column {exc.colno}: invalid JSON: {exc.msg}") from None
-        except RecursionError:  # json's decoder recurses per level
-            raise TraceError(f"{path}: line {no}: invalid JSON: nested too deeply for a trace line") from None
+    for no, obj in json_lines(path):
         if not isinstance(obj, dict):
             raise TraceError(f'{path}: line {no}: expected an object like {{"t": 0.5, "cost": 1}}')
-
-        def num(key: str, default: float | None, line: int = no, o: dict[str, Any] = obj) -> float:
-            if key not in o:
-                if default is None:
-                    raise TraceError(f"{path}: line {line}: missing key {key!r}")
-                return default
-            v = o[key]
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-                raise TraceError(f"{path}: line {line}, key {key!r}: expected a number >= 0, got {v!r}")
-            return float(v)
-
         rows += 1
-        if any(k not in obj or json_text(obj[k]) != v for k, v in fields.where):
+        if not fields.matches(obj):
             continue
-        t = _json_time(path, no, obj, time_key, clock, fields)
-        count = num("count", 1.0)
-        times.append(t)
+        times.append(_json_time(path, no, obj, time_key, clock, fields))
+        count = _json_number(path, no, obj, "count", 1.0)
         counts.append(count)
-        costs.append(num("cost", count))
+        costs.append(_json_number(path, no, obj, "cost", count))
     if not times:
         if fields.where and rows:
             raise TraceError(f"{path}: none of its {rows} lines matches {fields.described()}")
         raise TraceError(f"{path}: no requests")
     return Arrivals(times, counts, costs, str(path), clock.unit)
+
+
+def _json_number(path: Path, line: int, obj: dict[str, Any], key: str, default: float) -> float:
+    """A line's `count` or `cost`: a finite number >= 0, `default` when the key is missing."""
+    if key not in obj:
+        return default
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise TraceError(f"{path}: line {line}, key {key!r}: expected a number >= 0, got {v!r}")
+    return float(v)
 
 
 def _json_time(path: Path, line: int, obj: dict[str, Any], key: str, clock: TimeReader, fields: TraceFields) -> float:

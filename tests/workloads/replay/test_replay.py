@@ -56,13 +56,13 @@ def test_jsonl_trace_with_counts(tmp_path: Path) -> None:
         ("a.csv", "TIMESTAMP\n1\nyesterday\n", "line 3, column TIMESTAMP"),
         ("a.csv", "", "empty file"),
         ("a.jsonl", '{"t": 1}\n{"t": "x"}\n', "line 2, field t"),
-        ("a.jsonl", '{"t": 1}\n{oops\n', "line 2: not JSON"),
+        ("a.jsonl", '{"t": 1}\n{oops\n', "line 2, column 2: invalid JSON: Expecting property name"),
         # each of these was a traceback, or (count) a loop filling memory
         ("a.csv", "TIMESTAMP\n1\nnan\n", "line 3, column TIMESTAMP: cannot parse 'nan'"),
         ("a.csv", "TIMESTAMP\n1\n" + "9" * 200_000 + "\n", r"line 3: not a CSV row \(field larger"),
-        ("a.csv", "TIMESTAMP\n1\n\udc80\n", "not UTF-8 text"),
+        ("a.csv", "TIMESTAMP\n1\n\udc80\n", r"line 3, field 1: not UTF-8 text \(byte 0x80\); is it a CSV trace"),
         ("a.jsonl", '{"t": 1}\n{"t": 2, "count": 1e12}\n', "line 2: the counts add up to more than 20,000,000"),
-        ("a.jsonl", '{"t": 1}\n\udcff\n', "not UTF-8 text"),
+        ("a.jsonl", '{"t": 1}\n\udcff\n', r"line 2, column 1: not UTF-8 text \(byte 0xff\); is it a JSONL trace"),
     ],
 )
 def test_bad_traces_name_the_line(tmp_path: Path, name: str, text: str, message: str) -> None:
@@ -114,7 +114,7 @@ def test_deeply_nested_lines_are_refused_as_json(tmp_path: Path, capsys: pytest.
     deep = tmp_path / "deep.jsonl"
     deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     assert replay_main(["--trace", str(deep), "--url", "http://127.0.0.1:9"]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {deep}: line 1: not JSON: nested too deeply"
+    assert capsys.readouterr().err.strip() == f"error: {deep}: line 1: invalid JSON: nested too deeply for a trace line"
     assert replay_main(["--labelled", str(deep), "--url", "http://127.0.0.1:9"]) == 2
     assert capsys.readouterr().err.strip() == f"error: --labelled: {deep}:1: not JSON: nested too deeply"
 

@@ -16,33 +16,18 @@ epoch milliseconds, from 1e14 microseconds, from 1e17 nanoseconds, judged on the
 time (``time_unit="auto"``; ``--time-unit`` names the unit instead), as ``gemop replay`` reads
 them. Date-times without an offset are UTC, so a daylight-saving change never bends the time axis.
 
-Errors name the file, the line and the column. The fields, the time units and the time parsing
-are ``gem_common.traces``, the same code ``gemop replay`` reads with.
+Errors name the file, the line and the column. The fields, the time units, the time parsing and
+the reading line by line (CSV rows, JSON lines) are ``gem_common.traces``, the same code
+``gemop replay`` reads with.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from gem_common.traces import TimeReader, TraceError, TraceFields, json_text
-
-if TYPE_CHECKING:
-    from _csv import Reader
-
-
-def _column(path: Path, names: list[str], name: str, flag: str) -> int:
-    """The index of column ``name`` (exact, else the one matching without case)."""
-    if name in names:
-        return names.index(name)
-    upper = [n.upper() for n in names]
-    if upper.count(name.upper()) == 1:
-        return upper.index(name.upper())
-    raise TraceError(f"{path}: line 1: no {name} column for {flag} (columns: {', '.join(names)})")
+from gem_common.traces import TimeReader, TraceError, TraceFields, csv_trace, json_lines
 
 
 @dataclass
@@ -74,115 +59,70 @@ def _normalise(times: list[float], costs: list[float], path: Path, time_unit: st
 def load_csv(
     path: Path, cost_column: str | None = None, time_unit: str = "auto", fields: TraceFields | None = None
 ) -> Arrivals:
-    # -sig: a spreadsheet's byte-order mark is not part of the first column's name
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        try:
-            return _read_csv(path, reader, cost_column, TimeReader(time_unit), fields or TraceFields())
-        except UnicodeDecodeError as exc:
-            raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a CSV trace?") from None
-        except csv.Error as exc:  # e.g. a field past the csv module's size limit
-            raise TraceError(f"{path}: line {reader.line_num}: not a CSV row ({exc})") from None
-
-
-def _read_csv(path: Path, reader: Reader, cost_column: str | None, clock: TimeReader, fields: TraceFields) -> Arrivals:
+    """One request per row; a short row is read as far as it goes (a missing time is an error)."""
+    fields = fields or TraceFields()
+    clock = TimeReader(time_unit)
+    header, lines = csv_trace(path, fields, cost_column)
     times: list[float] = []
     costs: list[float] = []
-    time_name = fields.time or "TIMESTAMP"
-    try:
-        names = [n.strip() for n in next(reader)]
-    except StopIteration:
-        raise TraceError(f"{path}: empty file; expected a header line with a {time_name} column") from None
-    try:
-        t_idx = _column(path, names, time_name, "the time")
-    except TraceError:
-        hint = "" if fields.time else "; --time-column NAME reads the time from another"
-        raise TraceError(f"{path}: line 1: no {time_name} column (columns: {', '.join(names)}){hint}") from None
-    keep = [(_column(path, names, k, f"--where {k}={v}"), v) for k, v in fields.where]
     rows = 0
-    c_idx = None
-    if cost_column is not None:
-        if cost_column not in names:
-            raise TraceError(f"{path}: line 1: no column {cost_column!r} (columns: {', '.join(names)})")
-        c_idx = names.index(cost_column)
-    for line, row in enumerate(reader, start=2):
+    for line, row in lines:
         if not row:
             continue
         rows += 1
-        if any(i >= len(row) or row[i].strip() != v for i, v in keep):
-            continue
-        try:
-            times.append(clock.parse(row[t_idx]))
-        except (ValueError, IndexError):
-            bad = row[t_idx] if t_idx < len(row) else ""
-            raise TraceError(f"{path}: line {line}, column {names[t_idx]}: cannot parse {bad!r} as a time") from None
-        if c_idx is None:
-            costs.append(1.0)
-            continue
-        try:
-            value = float(row[c_idx])
-        except (ValueError, IndexError):
-            raise TraceError(f"{path}: line {line}, column {cost_column}: not a number") from None
-        if not math.isfinite(value) or value < 0:
-            raise TraceError(f"{path}: line {line}, column {cost_column}: cost must be >= 0, got {value}")
-        costs.append(value)
-    if not times and keep and rows:
+        if header.keeps(row):
+            times.append(header.time_of(line, row, clock))
+            costs.append(header.cost_of(line, row))
+    if not times and fields.where and rows:
         raise TraceError(f"{path}: none of its {rows} rows matches {fields.described()}")
     return _normalise(times, costs, path, clock.unit)
 
 
 def load_jsonl(path: Path, time_unit: str = "auto", fields: TraceFields | None = None) -> Arrivals:
-    try:
-        return _read_jsonl(path, TimeReader(time_unit), fields or TraceFields())
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); is it a JSONL trace?") from None
-
-
-def _read_jsonl(path: Path, clock: TimeReader, fields: TraceFields) -> Arrivals:
+    """One line per request or per ``count`` of them, streamed: ``MAX_ARRIVALS`` caps what it holds."""
+    fields = fields or TraceFields()
+    clock = TimeReader(time_unit)
     times: list[float] = []
     costs: list[float] = []
     time_key = fields.time or "t"
     rows = 0
-    with path.open(encoding="utf-8") as f:
-        for line, text in enumerate(f, start=1):
-            if not text.strip():
+    for line, obj in json_lines(path):
+        if isinstance(obj, dict):
+            rows += 1
+            # Another service's line is skipped before its fields are judged, as `gemop replay` does.
+            if not fields.matches(obj):
                 continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}: line {line}: not JSON: {exc.msg}") from None
-            except RecursionError:  # json's decoder recurses per level
-                raise TraceError(f"{path}: line {line}: not JSON: nested too deeply") from None
-            if isinstance(obj, dict):
-                rows += 1
-                # Another service's line is skipped before its fields are judged, as `gemop replay` does.
-                if any(k not in obj or json_text(obj[k]) != v for k, v in fields.where):
-                    continue
-            if not isinstance(obj, dict) or time_key not in obj:
-                hint = "" if fields.time else " (--time-column NAME reads the time from another key)"
-                raise TraceError(f"{path}: line {line}: expected an object with {time_key!r} (seconds){hint}")
-            t = _line_time(path, line, obj[time_key], time_key, clock)
-            values: dict[str, float] = {}
-            for key, value in (("count", obj.get("count", 1)), ("cost", obj.get("cost"))):
-                if key == "cost" and value is None:
-                    value = values["count"]
-                if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                    raise TraceError(f"{path}: line {line}, field {key}: expected a number, got {value!r}")
-                values[key] = float(value)
-            count, cost = values["count"], values["cost"]
-            if count < 0 or cost < 0 or int(count) != count:
-                raise TraceError(f"{path}: line {line}: count must be a whole number >= 0 and cost >= 0")
-            if len(times) + count > MAX_ARRIVALS:
-                raise TraceError(
-                    f"{path}: line {line}: the counts add up to more than {MAX_ARRIVALS:,} requests, more than "
-                    "one replayer sends; cut the trace or divide its counts"
-                )
-            for _ in range(int(count)):
-                times.append(t)
-                costs.append(cost / count)
+        if not isinstance(obj, dict) or time_key not in obj:
+            hint = "" if fields.time else " (--time-column NAME reads the time from another key)"
+            raise TraceError(f"{path}: line {line}: expected an object with {time_key!r} (seconds){hint}")
+        t = _line_time(path, line, obj[time_key], time_key, clock)
+        count, cost = _count_and_cost(path, line, obj)
+        if len(times) + count > MAX_ARRIVALS:
+            raise TraceError(
+                f"{path}: line {line}: the counts add up to more than {MAX_ARRIVALS:,} requests, more than "
+                "one replayer sends; cut the trace or divide its counts"
+            )
+        for _ in range(int(count)):
+            times.append(t)
+            costs.append(cost / count)
     if not times and fields.where and rows:
         raise TraceError(f"{path}: none of its {rows} lines matches {fields.described()}")
     return _normalise(times, costs, path, clock.unit)
+
+
+def _count_and_cost(path: Path, line: int, obj: dict[str, object]) -> tuple[float, float]:
+    """A line's ``count`` (a whole number >= 0, default 1) and ``cost`` (>= 0, default the count)."""
+    values: dict[str, float] = {}
+    for key, value in (("count", obj.get("count", 1)), ("cost", obj.get("cost"))):
+        if key == "cost" and value is None:
+            value = values["count"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise TraceError(f"{path}: line {line}, field {key}: expected a number, got {value!r}")
+        values[key] = float(value)
+    count, cost = values["count"], values["cost"]
+    if count < 0 or cost < 0 or int(count) != count:
+        raise TraceError(f"{path}: line {line}: count must be a whole number >= 0 and cost >= 0")
+    return count, cost
 
 
 def _line_time(path: Path, line: int, value: object, key: str, clock: TimeReader) -> float:
