@@ -457,8 +457,8 @@ def wave_return(peak: float) -> tuple[list[tuple[float, float]], float, tuple[tu
         (3.3, 7, True),
         # an earlier peak above the line: the line's own order (3.62 at 0.5 → 8)
         (4.0, 8, False),
-        # demand above the earlier peak: a new high, the line leads in full
-        (3.0, 8, False),
+        # demand far above the earlier peak: a new high, the line leads in full
+        (2.5, 8, False),
     ],
 )
 def test_a_return_to_an_earlier_level_leads_no_farther_than_its_peak(peak: float, want: int, capped: bool) -> None:
@@ -468,6 +468,30 @@ def test_a_return_to_an_earlier_level_leads_no_farther_than_its_peak(peak: float
     )
     assert step.recommendation == want
     assert ("no farther than the hour's earlier peak" in step.message) is capped
+    assert "than demand has passed it" not in step.message
+
+
+@pytest.mark.parametrize(
+    ("peak", "want"),
+    [
+        # 3.14 is 0.14 past a peak of 3.0: lead to 3.28 (7 at 0.5), not to the line's 3.62 (8)
+        pytest.param(3.0, 7, id="just-past-leads-as-far-again"),
+        # 0.04 past 3.1: 3.18, still 7
+        pytest.param(3.1, 7, id="barely-past"),
+        # 0.24 past 2.9: 3.38, 7
+        pytest.param(2.9, 7, id="further-past"),
+    ],
+)
+def test_just_past_an_earlier_peak_the_line_leads_no_farther_than_demand_has_passed_it(peak: float, want: int) -> None:
+    history, usage, peaks = wave_return(peak)
+    step = ramp_step(
+        spec(), history, usage, 0.5, NOW, lead_seconds=None, pending=None, serving=5, current=5, peaks=peaks
+    )
+    assert step.recommendation == want
+    assert f"{2 * usage - peak:.2f}: no farther past the hour's earlier peak {peak:.2f}" in step.message
+    # The line's own forecast is recorded whatever the cap, so its skill is judged on the line.
+    ((_, _, forecast),) = step.forecasts
+    assert forecast == pytest.approx(usage + 0.004 * 120)
     # The line's own forecast is recorded whatever the cap, so its skill is judged on the line.
     ((_, _, forecast),) = step.forecasts
     assert forecast == pytest.approx(usage + 0.004 * 120)

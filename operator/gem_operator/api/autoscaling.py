@@ -495,7 +495,8 @@ class AutoscalingSpec(ApiModel):
             "of the last windowSeconds (300 s), projected by the measured time from a scale-up to serving "
             "pods (leadSeconds, 120 s, until measured). It only raises the recommendation; the samples "
             "restart while the pool is overloaded; while demand is no higher than the last hour's earlier "
-            "peak it leads no farther than that peak."
+            "peak it leads no farther than that peak, and just past it no farther beyond the reading than "
+            "demand has passed that peak."
         ),
     )
     hysteresis: Hysteresis = Field(
