@@ -14,6 +14,7 @@ naming the file and the line, whichever command read it. What a line means is ea
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -109,6 +110,31 @@ def parse_datetime(text: str) -> float:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--time-unit`, `--time-column` and `--where`: how every command that reads a team's trace
+    (`gemop replay`, `gemop loadtest`, the workloads' replayer) is told to read it, worded once;
+    `trace_fields` reads them back."""
+    parser.add_argument(
+        "--time-unit",
+        choices=("auto", *TIME_UNITS),
+        default="auto",
+        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
+    )
+    parser.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="keep only the rows whose FIELD holds VALUE, e.g. --where service=ranker (repeatable: all must hold)",
+    )
+
+
+def trace_fields(args: argparse.Namespace) -> TraceFields:
+    """The `TraceFields` of `add_trace_arguments`'s flags. Raises TraceError for a bad `--where`."""
+    return TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
 
 
 # --------------------------------------------------------------------------- reading line by line
@@ -274,6 +300,7 @@ __all__ = [
     "TimeReader",
     "TraceError",
     "TraceFields",
+    "add_trace_arguments",
     "csv_lines",
     "csv_trace",
     "json_lines",
@@ -281,4 +308,5 @@ __all__ = [
     "numeric_time_unit",
     "parse_datetime",
     "parse_where",
+    "trace_fields",
 ]

@@ -25,7 +25,6 @@ code the workloads' replayer reads with.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +36,14 @@ from pydantic import ValidationError
 
 from gem_common.traces import (
     TIME_UNIT_NAMES,
-    TIME_UNITS,
     TimeReader,
     TraceError,
     TraceFields,
+    add_trace_arguments,
     csv_trace,
     json_lines,
     parse_where,
+    trace_fields,
 )
 from gem_common.yamldocs import load_documents
 from gem_operator.api.serving import RankingServiceSpec
@@ -60,30 +60,6 @@ class LoadSeries:
     @property
     def seconds(self) -> int:
         return len(self.cost)
-
-
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--time-unit`, `--time-column` and `--where`: how every command that reads a trace
-    (`gemop replay`, `gemop loadtest`) is told to read a team's own; `trace_fields` reads them back."""
-    parser.add_argument(
-        "--time-unit",
-        choices=("auto", *TIME_UNITS),
-        default="auto",
-        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
-    )
-    parser.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
-    parser.add_argument(
-        "--where",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="keep only rows whose FIELD holds VALUE, e.g. --where service=ranker (repeatable: all must hold)",
-    )
-
-
-def trace_fields(args: argparse.Namespace) -> TraceFields:
-    """The `TraceFields` of `add_trace_arguments`'s flags. Raises TraceError for a bad `--where`."""
-    return TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
 
 
 @dataclass(frozen=True)

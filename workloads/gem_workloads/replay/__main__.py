@@ -14,7 +14,7 @@ import json
 import sys
 
 from gem_common.argtypes import positive_float, positive_int
-from gem_common.traces import TIME_UNITS, TraceError, TraceFields, parse_where
+from gem_common.traces import TraceError, add_trace_arguments, trace_fields
 
 from .runner import ReplayConfig, replay
 from .trace import load_trace
@@ -38,20 +38,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_float, default=10.0, help="per-request timeout, seconds")
     p.add_argument("--interval", type=positive_float, default=1.0, help="reporting interval, seconds")
     p.add_argument("--cost-column", default=None, help="CSV column that weights requests (e.g. ContextTokens)")
-    p.add_argument(
-        "--time-unit",
-        choices=("auto", *TIME_UNITS),
-        default="auto",
-        help="unit of numeric time stamps (default auto: seconds, or epoch ms/us/ns when too large for seconds)",
-    )
-    p.add_argument("--time-column", help="CSV column (JSONL key) holding the time (default TIMESTAMP, JSONL t)")
-    p.add_argument(
-        "--where",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="send only the rows whose FIELD holds VALUE, e.g. --where service=ranker (repeatable: all must hold)",
-    )
+    add_trace_arguments(p)
     p.add_argument("--candidates", type=positive_int, default=64, help="candidates of a request of average cost")
     p.add_argument("--max-candidates", type=positive_int, default=2048)
     p.add_argument(
@@ -70,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: give --trace (a load replay) or --labelled (scored requests)", file=sys.stderr)
         return 2
     try:
-        fields = TraceFields(args.time_column, tuple(parse_where(w) for w in args.where))
+        fields = trace_fields(args)
         arrivals = load_trace(args.trace, args.cost_column, args.time_unit, fields)
         template = None
         if args.body:
