@@ -116,7 +116,27 @@ def test_deeply_nested_lines_are_refused_as_json(tmp_path: Path, capsys: pytest.
     assert replay_main(["--trace", str(deep), "--url", "http://127.0.0.1:9"]) == 2
     assert capsys.readouterr().err.strip() == f"error: {deep}: line 1: invalid JSON: nested too deeply for a trace line"
     assert replay_main(["--labelled", str(deep), "--url", "http://127.0.0.1:9"]) == 2
-    assert capsys.readouterr().err.strip() == f"error: --labelled: {deep}:1: not JSON: nested too deeply"
+    assert capsys.readouterr().err.strip() == (
+        f"error: --labelled: {deep}: line 1: invalid JSON: nested too deeply for a trace line"
+    )
+
+
+def test_a_labelled_file_names_the_line_that_does_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The labelled reader shares the trace readers' line reading: the line, and the column or byte."""
+    good = '{"body": {"user": {}, "candidates": [{}]}, "labels": {"ctr": 1}}'
+    cases = {
+        "shape.jsonl": (f"{good}\n\n[1, 2]\n", "line 3: expected {'body': {...}, 'labels': {task: 0|1}}"),
+        "json.jsonl": (f"{good}\n{{body\n", "line 2, column 2: invalid JSON"),
+    }
+    for name, (text, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        assert replay_main(["--labelled", str(path), "--url", "http://127.0.0.1:9"]) == 2
+        assert f"error: --labelled: {path}: {message}" in capsys.readouterr().err
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(good.encode() + b"\n" + b'{"body": {"q": "caf\xe9"}}\n')
+    assert replay_main(["--labelled", str(latin), "--url", "http://127.0.0.1:9"]) == 2
+    assert f"{latin}: line 2, column 20:" in capsys.readouterr().err
 
 
 def _free_port() -> int:

@@ -185,6 +185,12 @@ def auto_units(values: npt.NDArray[np.float64]) -> list[str]:
     return found
 
 
+def time_numbers(arr: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.float64]:
+    """A numeric time column's values as float64 (nulls as NaN), in the column's own unit."""
+    # Unsafe: an integer past 2**53 is still a time (a ns count), not an error.
+    return np.asarray(arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
 def time_seconds(arr: pa.ChunkedArray | pa.Array, unit: str = "auto") -> npt.NDArray[np.float64]:
     """Timestamps as float seconds (nulls as NaN): timestamp/date types converted (they carry their
     unit), numbers in ``unit`` (``numbers_as_seconds``)."""
@@ -195,9 +201,7 @@ def time_seconds(arr: pa.ChunkedArray | pa.Array, unit: str = "auto") -> npt.NDA
     if pa.types.is_date(t):
         arr = arr.cast(pa.date32()).cast(pa.int32())
         return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64) * 86400.0
-    # Unsafe: an integer past 2**53 is still a time (a ns count), not an error.
-    numbers = np.asarray(arr.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
-    return numbers_as_seconds(numbers, unit)
+    return numbers_as_seconds(time_numbers(arr), unit)
 
 
 class ParquetStream:
@@ -282,9 +286,13 @@ class ParquetStream:
         if step > 1:
             table = table.take(pa.array(np.arange(first, table.num_rows, step)))
         column = table.column(self.time_column)
-        times = time_seconds(column, self.time_unit)
-        if self.time_unit == "auto" and not pa.types.is_temporal(column.type):
-            self._log_units(column)
+        if pa.types.is_temporal(column.type):
+            times = time_seconds(column, self.time_unit)
+        else:  # numbers: read once, for the seconds and for the units `auto` guessed
+            numbers = time_numbers(column)
+            times = numbers_as_seconds(numbers, self.time_unit)
+            if self.time_unit == "auto":
+                self._log_units(numbers)
         order = np.argsort(times, kind="stable")
         table = table.take(pa.array(order))
         times = times[order]
@@ -312,8 +320,7 @@ class ParquetStream:
         cols = {c: table.column(c).combine_chunks() for c in self.columns}
         return Chunk(index, keep.astype(np.int64), times[keep], cols)
 
-    def _log_units(self, column: pa.ChunkedArray) -> None:
-        numbers = np.asarray(column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False), dtype=np.float64)
+    def _log_units(self, numbers: npt.NDArray[np.float64]) -> None:
         for unit in auto_units(numbers):
             if unit not in self._units_logged:  # once per unit and source: a guess the user should see
                 self._units_logged.add(unit)
@@ -457,6 +464,7 @@ __all__ = [
     "Unit",
     "check_schema",
     "numbers_as_seconds",
+    "time_numbers",
     "time_seconds",
     "warn_of_naive_times",
 ]

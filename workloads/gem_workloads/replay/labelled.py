@@ -10,30 +10,25 @@ holdout (:func:`gem_workloads.training.holdout.task_metrics`), so the two AUCs c
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
 
+from gem_common.traces import TraceError, json_lines
+
 from ..training.holdout import task_metrics
 from .runner import endpoints
 
 
 def read_labelled(path: str | Path) -> list[dict[str, Any]]:
+    """Every line of a labelled file; a line that is not JSON or not of that shape is an error
+    naming it (``gem_common.traces.TraceError``, a ValueError), before any request is sent."""
     lines = []
-    for n, raw in enumerate(Path(path).read_text().splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not JSON: {exc.msg}") from None
-        except RecursionError:  # json's decoder recurses per level
-            raise ValueError(f"{path}:{n}: not JSON: nested too deeply") from None
+    for n, line in json_lines(Path(path)):
         if not isinstance(line, dict) or not isinstance(line.get("body"), dict):
-            raise ValueError(f"{path}:{n}: expected {{'body': {{...}}, 'labels': {{task: 0|1}}}}")
+            raise TraceError(f"{path}: line {n}: expected {{'body': {{...}}, 'labels': {{task: 0|1}}}}")
         lines.append(line)
     return lines
 
