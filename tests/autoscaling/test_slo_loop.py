@@ -114,6 +114,20 @@ def test_one_burst_moves_nothing() -> None:
     assert set(targets) == {0.6}
 
 
+def test_a_return_into_the_band_takes_back_the_proportional_share_at_once() -> None:
+    """A quarter-hour at 18 ms (below the band; the reach holds the raise back), then the p99 climbs
+    into the band: the first reading there cuts by the proportional term's share of the error it
+    left, without a window (measured: waiting one cost violation minutes, docs/benchmarks.md), and
+    the target holds in the band after it."""
+    s = spec()
+    below = [(0.3, 18.0)] * 60
+    _, targets = run(s, below + [(0.55, 29.0)] * 10)
+    assert set(targets[: len(below)]) == {0.6}
+    cut = 0.6 * math.exp(s.slo_feedback.proportional_gain * math.log(18.0 / 26.0))
+    assert targets[len(below)] == pytest.approx(cut)
+    assert set(targets[len(below) :]) == {targets[len(below)]}
+
+
 def test_a_raise_reaches_only_past_the_sm_the_p99_was_read_at() -> None:
     """A pool held at SM 0.3 by its window shows a low p99 for SM 0.3, not for the ceiling."""
     _, targets = run(spec(maxTargetFraction=1.5), [(0.3, 18.0)] * 40)

@@ -4,7 +4,7 @@
 is. The loop moves the *effective* target so that the pool's p99 rests inside a band below the SLO
 (`bandLow`..`bandHigh` x SLO, 0.65-0.8 by default): high enough that capacity is not wasted, low
 enough that a ramp has headroom while new pods start. The error is `log(p99 / band edge)` (0
-inside the band, so the target holds there); a move is, in log terms,
+inside the band, so the target holds there once back in it, below); a move is, in log terms,
 
     log(target) -= proportionalGain * (error - error at the last move) + integralGain * error
 
@@ -26,6 +26,16 @@ A move also needs the p99 outside the band for a whole window (`decreaseInterval
 readings on the same side), and it is sized by the reading of that run closest to the band: a
 burst shorter than the window is in one window's p99 but not in the next, so one burst moves
 nothing, while a p99 that stays off the band moves the target once a window.
+
+**A return into the band moves at once.** The error is 0 in the band, so the first reading back
+in it changes the error, and the proportional term takes back its share of the error the p99
+left: a cut on a return from below the band, a raise on one from above, with no window to confirm
+it. Below the band that share may be of a raise the reach never allowed, so a p99 that climbs
+from below into the band cuts the target: a load growing into its headroom, and the cut is early
+headroom for what follows. Waiting a window in the band first, as a move out of it does, saved
+GPU-hours on batch bursts and cost violation minutes elsewhere; on the shared trace 5 against HPA
+on RPS's 4.75 at equal GPU-hours, where the cut has 3 against 3 (docs/benchmarks.md, the bursts
+family).
 
 A low p99 is evidence about the SM active the pool ran at, not about any higher target: while the
 stabilisation window keeps more replicas than the target asks for, the pool runs well below the
