@@ -11,6 +11,7 @@ MetricsUnavailable.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from collections.abc import Iterator
@@ -99,3 +100,10 @@ def test_operator_scales_up_under_load_and_holds_when_prometheus_goes_away(tmp_p
     held = {c["type"]: c for c in status.get("conditions") or []}.get("MetricsUnavailable") or {}
     assert held.get("status") == "True", status.get("conditions")
     assert "unreachable" in held.get("message", "") or "Cannot connect" in held.get("message", ""), held
+
+    # The decision log says why, sync by sync: the scale-up on SM active, then the hold without it.
+    decisions = [json.loads(line) for line in (tmp_path / "loop" / "decisions-policy.jsonl").read_text().splitlines()]
+    up = next(d for d in decisions if d["replicas"] >= 3)
+    assert "SM active" in up["message"] and up["target"] is not None, up
+    held_lines = [d for d in decisions if d["t"] > 80 and d["message"].startswith("holding at")]
+    assert any("unreachable" in d["message"] for d in held_lines), decisions[-3:]

@@ -95,6 +95,31 @@ class PoolRun:
     conditions: list[dict[str, Any]] = field(default_factory=list)
 
 
+class DecisionLog:
+    """Each autoscaler decision the pool's status shows, as it changes: one JSON line per change
+    (seconds into the segment, the replicas the workload holds, the ScalingActive message with every step's reason,
+    the effective SM target and p99 the operator read). What the replay's decisions are compared
+    with when the two disagree; the client's records say what happened, this says why."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.write_text("")
+        self._last: tuple[Any, ...] | None = None
+
+    def note(self, now: float, desired: int, resource: Mapping[str, Any]) -> None:
+        status = resource.get("status") or {}
+        conditions: list[dict[str, Any]] = status.get("conditions") or []
+        active: dict[str, Any] = next((c for c in conditions if c.get("type") == "ScalingActive"), {})
+        scaling = status.get("autoscaling") or {}
+        seen = (desired, active.get("message"), scaling.get("effectiveTargetSmActive"), scaling.get("p99LatencyMs"))
+        if seen == self._last or active.get("message") is None:
+            return
+        self._last = seen
+        line = {"t": round(now, 1), "replicas": desired, "message": seen[1], "target": seen[2], "p99_ms": seen[3]}
+        with self.path.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 # The HPA-on-RPS pool's rate window in Prometheus (6 scrapes at 5 s); the fluid side uses the same.
 RPS_WINDOW_SECONDS = 30
 
@@ -302,14 +327,17 @@ class ClosedLoop:
         start = time.monotonic()
         next_sync, next_minute = max(sync_seconds, warmup_s), 60.0
         warm = False
+        decisions = DecisionLog(self.work_dir / f"decisions-{pool}.jsonl")
         try:
             while proc.poll() is None:
                 now = time.monotonic() - start
                 pods = self.pods()
                 states = policy_pod_states(pods)
                 self._startups(pods, startups)
-                desired = int(((self.resource().get("spec") or {}).get("replicas")) or 0)
+                resource = self.resource()
+                desired = int(((resource.get("spec") or {}).get("replicas")) or 0)
                 deploy = self.deployment_replicas()
+                decisions.note(now, deploy or desired, resource)
                 samples.append(Sample(now, len(pods), sum(1 for s in states if s.serving), deploy or desired))
                 if not warm and now >= warmup_s:
                     warm = True
