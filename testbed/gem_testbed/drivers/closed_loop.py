@@ -97,27 +97,32 @@ class PoolRun:
 
 class DecisionLog:
     """Each autoscaler decision the pool's status shows, as it changes: one JSON line per change
-    (seconds into the segment, the replicas the workload holds, the ScalingActive message with every step's reason,
-    the effective SM target and p99 the operator read). What the replay's decisions are compared
-    with when the two disagree; the client's records say what happened, this says why."""
+    (seconds into the segment, the replicas the workload holds, the ScalingActive message with
+    every step's reason, the effective SM target and the p99 the operator read). What the replay's
+    decisions are compared with when the two disagree; the client's records say what happened,
+    this says why."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.write_text("")
-        self._last: tuple[Any, ...] | None = None
+        self._last: dict[str, Any] | None = None
 
-    def note(self, now: float, desired: int, resource: Mapping[str, Any]) -> None:
+    def note(self, now: float, replicas: int, resource: Mapping[str, Any]) -> None:
         status = resource.get("status") or {}
         conditions: list[dict[str, Any]] = status.get("conditions") or []
         active: dict[str, Any] = next((c for c in conditions if c.get("type") == "ScalingActive"), {})
         scaling = status.get("autoscaling") or {}
-        seen = (desired, active.get("message"), scaling.get("effectiveTargetSmActive"), scaling.get("p99LatencyMs"))
-        if seen == self._last or active.get("message") is None:
+        seen = {
+            "replicas": replicas,
+            "message": active.get("message"),
+            "target": scaling.get("effectiveTargetSmActive"),
+            "p99_ms": scaling.get("p99LatencyMs"),
+        }
+        if seen["message"] is None or seen == self._last:
             return
         self._last = seen
-        line = {"t": round(now, 1), "replicas": desired, "message": seen[1], "target": seen[2], "p99_ms": seen[3]}
         with self.path.open("a") as f:
-            f.write(json.dumps(line) + "\n")
+            f.write(json.dumps({"t": round(now, 1), **seen}) + "\n")
 
 
 # The HPA-on-RPS pool's rate window in Prometheus (6 scrapes at 5 s); the fluid side uses the same.
