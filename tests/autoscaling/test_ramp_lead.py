@@ -16,11 +16,12 @@ from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.trend import (
     MAX_REALISED,
+    MIN_LEVEL_SYNCS,
     MIN_SAMPLES,
     PEAK_HISTORY_SECONDS,
     SKILL_WEIGHT,
     SLIVER_REPLICAS,
-    STEP_SHIFT,
+    TWO_LEVEL_FIT,
     earlier_peak,
     fitted_rise,
     judged_skill,
@@ -28,7 +29,7 @@ from gem_operator.autoscaling.trend import (
     level_shift,
     ramp_step,
     remember_peak,
-    stepped,
+    second_level,
     stepped_level,
     without_ramp_lead,
 )
@@ -104,27 +105,62 @@ def test_a_step_is_not_a_ramp(at: int) -> None:
     assert len(history) == min(25 - at, 20)  # restarted at the step (20 syncs fill the 300 s window)
 
 
+HALF_WAVE = [2.0 - 0.5 * float(np.cos(np.pi * i / 19)) for i in range(20)]
+
+
 @pytest.mark.parametrize(
-    ("readings", "step"),
+    ("readings", "restart"),
     [
-        ([2.0, 2.0, 2.0, 3.1], False),  # one reading off the level: noise until the next agrees
-        ([2.0, 2.0, 2.0, 3.1, 3.3], True),  # two readings a third above it: a step read over two syncs
-        ([2.0, 2.1, 2.0, 2.4, 2.5], False),  # a fifth above: a ramp's pace
-        ([3.0, 3.0, 3.0, 2.0, 1.9], True),  # a step down
-        ([2.0, 2.0, 3.1, 1.9], False),  # a spike that returns
-        ([2.0, 3.1], False),  # too few readings to have a level
+        pytest.param([2.0, 2.02] * 6, None, id="flat-with-noise"),
+        pytest.param([2.0 + 0.06 * i for i in range(12)], None, id="a-ramp"),
+        pytest.param([2.0 + 0.06 * i + (0.03 if i % 2 else -0.03) for i in range(12)], None, id="a-noisy-ramp"),
+        pytest.param(HALF_WAVE, None, id="a-wave-rising-half"),
+        pytest.param([2.0] * 8 + [3.0] * 3, 8, id="a-step-on-a-sync"),
+        pytest.param([2.0] * 8 + [2.6, 3.0, 3.0], 9, id="a-step-between-syncs-drops-its-partial-reading"),
+        pytest.param([2.0] * 8 + [2.6, 3.0], None, id="one-full-reading-is-no-level-yet"),
+        pytest.param([3.0] * 8 + [2.0] * 3, 8, id="a-step-down"),
+        pytest.param([2.0] * 10 + [3.0, 2.0], None, id="a-spike-that-returns"),
+        pytest.param([2.0] * 10 + [3.0], None, id="a-spike-now"),
+        pytest.param([2.0] * (MIN_LEVEL_SYNCS - 1) + [3.0] * 4, None, id="too-short-an-earlier-level"),
+        pytest.param([2.0] * 4 + [2.3] * 4 + [2.6] * 4, None, id="a-staircase-of-minutes-is-a-ramp"),
     ],
 )
-def test_a_step_over_two_syncs(readings: list[float], step: bool) -> None:
-    samples = [(i * SYNC, u) for i, u in enumerate(readings[:-1])]
-    assert stepped(samples, readings[-1]) is step
+def test_second_level(readings: list[float], restart: int | None) -> None:
+    """Two levels fit the window far better than a line only where the demand stepped."""
+    assert second_level([(i * SYNC, u) for i, u in enumerate(readings)]) == restart
+
+
+def numpy_second_level(window: list[tuple[float, float]]) -> int | None:
+    """trend.second_level, computed by numpy: where two levels leave under TWO_LEVEL_FIT of the
+    line's squared residual, the second's first reading past the one between them, if any."""
+    n = len(window)
+    if n < MIN_LEVEL_SYNCS + 2:
+        return None
+    t, u = np.array([t for t, _ in window]), np.array([v for _, v in window])
+    line = float(np.sum((u - np.polyval(np.polyfit(t, u, 1), t)) ** 2))
+    if line <= 1e-12 * float(np.sum(u**2)):
+        return None
+    fits = []
+    for k in range(MIN_LEVEL_SYNCS, n - 1):
+        before, after = u[:k], u[k + 1 :]
+        start = k + int(before.max() < u[k] < after.min() or before.min() > u[k] > after.max())
+        if n - start >= 2:
+            fits.append(
+                (float(np.sum((before - before.mean()) ** 2) + np.sum((u[start:] - u[start:].mean()) ** 2)), start)
+            )
+    if not fits:
+        return None
+    best = min(fits, key=lambda f: f[0])  # the first of equal fits, as trend.py keeps it
+    return best[1] if best[0] < TWO_LEVEL_FIT * line else None
 
 
 def test_a_step_read_over_two_syncs_is_not_a_ramp() -> None:
     """A batch job's 1.6x step that lands between two syncs (5.9 -> 9.3 -> 10.2 in SM-active terms,
-    each move under LEVEL_SHIFT): the fit restarts at the step, so the lead orders nothing until the
-    new level has 8 readings, then at most a replica past the 21 it needs at 0.5 (the restart keeps
-    the step's first, partial reading). A line through the step ordered 21-28 from the next sync on."""
+    each move under LEVEL_SHIFT): once the new level has two readings the fit restarts at its first
+    full one, and the lead orders no more than the 21 that level needs at 0.5 (the SM rule's own
+    count), and nothing once it has restarted: the new level is flat. A line through the step
+    ordered 21-28 for as long as the window held it; one through the partial reading and the new
+    level, 22."""
     s = spec()
     history: tuple[tuple[float, float], ...] = ()
     orders = []
@@ -134,9 +170,9 @@ def test_a_step_read_over_two_syncs_is_not_a_ramp() -> None:
         r = ramp_step(s, history, usage, 0.5, now, lead_seconds=None, pending=None, serving=12, current=12)
         orders.append(r.recommendation or 0)
         history = r.usage
-    assert orders[11:17] == [0] * 6
-    assert max(orders) <= 22
-    assert len(history) == 20  # restarted at 9.3, then the 300 s window filled
+    assert orders[12:] == [0] * 18
+    assert max(orders) <= 21
+    assert 9.3 not in [u for _, u in history] and len(history) == 19  # restarted at 10.2, then the window filled
 
 
 @pytest.mark.parametrize(
@@ -703,16 +739,15 @@ def test_property_inside_the_band_only_the_ramp_moves_it_and_only_up(
     state = ScalerState()
     count = n
     demand: list[tuple[float, float]] = []
-    start = 0  # where the fit restarted: two readings a quarter of the new level off the one before
+    start = 0  # where the fit restarted: the window's demand read as two levels
     for i, x in enumerate(noise):
         now = NOW + i * SYNC
         band = tu if x > 0 else td
         v = target * (1 + 0.999 * band * x)
         demand.append((now, v * n))
-        if len(demand) >= 3:
-            before, low, high = demand[-3][1], *sorted((demand[-2][1], demand[-1][1]))
-            if low - before > STEP_SHIFT * low or before - high > STEP_SHIFT * before:
-                start = len(demand) - 2
+        first = next(j for j in range(start, len(demand)) if now - demand[j][0] < s.ramp_lead.window_seconds)
+        restart = numpy_second_level(demand[first:])
+        start = first + restart if restart is not None else start
         d = desired_replicas(s, state, obs([v] * n, loading=count - n, now=now), now)
         assert d.desired_replicas >= count
         if d.desired_replicas > count:
