@@ -15,6 +15,7 @@ from gem_operator.autoscaling.observation import MetricReading, Observation, Pod
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.trend import (
+    EXACT_FIT,
     MAX_REALISED,
     MIN_LEVEL_SYNCS,
     MIN_SAMPLES,
@@ -138,7 +139,7 @@ def numpy_second_level(window: list[tuple[float, float]]) -> int | None:
         return None
     t, u = np.array([t for t, _ in window]), np.array([v for _, v in window])
     line = float(np.sum((u - np.polyval(np.polyfit(t, u, 1), t)) ** 2))
-    if line <= 1e-12 * float(np.sum(u**2)):
+    if line <= EXACT_FIT * float(np.sum(u**2)):
         return None
     fits = []
     for k in range(MIN_LEVEL_SYNCS, n - 1):

@@ -16,27 +16,27 @@ than half the demand between two syncs (`LEVEL_SHIFT`): a pool with headroom abs
 without queueing, and the jump is a new level, not a ramp.
 
 **Two levels are not a line.** A step smaller than `LEVEL_SHIFT`, or one that lands between two
-syncs and is read part in each, passes the jump test; the line through it then rises for as long
-as the window holds the step, and orders a lead's worth of slope on a load that has stopped moving,
+syncs and is read part in each, passes the jump test; the line through it then rises for as long as
+the window holds the step, and orders a lead's worth of slope on a load that has stopped moving,
 which the down window keeps. So each sync the window's demand is also fitted with two levels: the
 mean before a split and the mean after it, where a reading beyond every earlier one and short of
-every later one belongs to neither (the partial reading of a step that landed between syncs).
-Where the two levels leave under `TWO_LEVEL_FIT` of the line's squared residual, the demand
-stepped, and the fit restarts at the second level's first full reading. The earlier level needs
+every later one belongs to neither (the partial reading of a step that landed between syncs). Where
+the two levels leave under `TWO_LEVEL_FIT` of the line's squared residual, the demand stepped, and
+the fit restarts at the second level's first full reading. The earlier level needs
 `MIN_LEVEL_SYNCS` readings and the later two, so a spike is one reading and no level. A ramp, or a
 wave's rising half, is a line or bends away from one smoothly: two levels fit a half wave 4-8x
-*worse* than a line, and on white noise leave under a tenth of its residual in 2 of 10,000
-windows of 6-8 readings (none of 12 or more). A step read 5.81 -> 7.40 -> 8.81 in SM-active
-terms, each move under `LEVEL_SHIFT`: the line through it ordered 20 replicas for a level that 15 served at the
+*worse* than a line, and on white noise leave under a tenth of its residual in 2 of 10,000 windows
+of 6-8 readings (none of 12 or more). A step read 5.81 -> 7.40 -> 8.81 in SM-active terms, each
+move under `LEVEL_SHIFT`: the line through it ordered 20 replicas for a level that 15 served at the
 target (`bench/autoscaling_seeds.py --family bursts`, seed 5 / independent), and the release gave
 the extra back by the next burst, which met 13. This replaces a test of two readings in a row a
-quarter of the new level off the one before: it missed that step (7.40 is 21 % off 5.81), and
-where it caught one it restarted at the partial reading, so the line through that reading and the
-new level rose again. Measured (`bench/autoscaling_seeds.py --family bursts`, seeds 0-7, 16
-cases): worse than HPA on RPS at equal GPU-hours 7 -> 3, over 1.05x RPS's GPU-hours at as few
-violation minutes 7 -> 5, violation minutes 47 -> 41; over 112 bursts cases (held-out seeds, the
-sample service, the slow-start and single-server fleets) 34 -> 26, 41 -> 29 and 417 -> 403; the
-bench's eight sweeps (234 cases) 21 -> 20, 6 -> 7 and 802 -> 797 (docs/benchmarks.md).
+quarter of the new level off the one before: it missed that step (7.40 is 21 % off 5.81), and where
+it caught one it restarted at the partial reading, so the line through that reading and the new
+level rose again. Measured (`bench/autoscaling_seeds.py --family bursts`, seeds 0-7, 16 cases):
+worse than HPA on RPS at equal GPU-hours 7 -> 3, over 1.05x RPS's GPU-hours at as few violation
+minutes 7 -> 5, violation minutes 47 -> 41; over 112 bursts cases (held-out seeds, the sample
+service, the slow-start and single-server fleets) 34 -> 26, 41 -> 29 and 417 -> 403; the bench's
+eight sweeps (234 cases) 21 -> 20, 6 -> 7 and 802 -> 797 (docs/benchmarks.md).
 
 It acts inside the SM rule's tolerance band too: waiting for the band to be left is what makes a
 ramp's replica late. Measured (`bench/autoscaling_seeds.py`): on the one-hour Poisson ramps and
