@@ -110,25 +110,27 @@ HALF_WAVE = [2.0 - 0.5 * float(np.cos(np.pi * i / 19)) for i in range(20)]
 
 
 @pytest.mark.parametrize(
-    ("readings", "restart"),
+    ("readings", "split"),
     [
         pytest.param([2.0, 2.02] * 6, None, id="flat-with-noise"),
         pytest.param([2.0 + 0.06 * i for i in range(12)], None, id="a-ramp"),
         pytest.param([2.0 + 0.06 * i + (0.03 if i % 2 else -0.03) for i in range(12)], None, id="a-noisy-ramp"),
         pytest.param(HALF_WAVE, None, id="a-wave-rising-half"),
-        pytest.param([2.0] * 8 + [3.0] * 3, 8, id="a-step-on-a-sync"),
-        pytest.param([2.0] * 8 + [2.6, 3.0, 3.0], 9, id="a-step-between-syncs-drops-its-partial-reading"),
+        pytest.param([2.0] * 8 + [3.0] * 3, (8, 2.0, 3.0), id="a-step-on-a-sync"),
+        pytest.param([2.0] * 8 + [2.6, 3.0, 3.0], (9, 2.0, 3.0), id="a-step-between-syncs-drops-its-partial-reading"),
         pytest.param([2.0] * 8 + [2.6, 3.0], None, id="one-full-reading-is-no-level-yet"),
-        pytest.param([3.0] * 8 + [2.0] * 3, 8, id="a-step-down"),
+        pytest.param([3.0] * 8 + [2.0] * 3, (8, 3.0, 2.0), id="a-step-down"),
         pytest.param([2.0] * 10 + [3.0, 2.0], None, id="a-spike-that-returns"),
         pytest.param([2.0] * 10 + [3.0], None, id="a-spike-now"),
         pytest.param([2.0] * (MIN_LEVEL_SYNCS - 1) + [3.0] * 4, None, id="too-short-an-earlier-level"),
         pytest.param([2.0] * 4 + [2.3] * 4 + [2.6] * 4, None, id="a-staircase-of-minutes-is-a-ramp"),
     ],
 )
-def test_second_level(readings: list[float], restart: int | None) -> None:
-    """Two levels fit the window far better than a line only where the demand stepped."""
-    assert second_level([(i * SYNC, u) for i, u in enumerate(readings)]) == restart
+def test_second_level(readings: list[float], split: tuple[int, float, float] | None) -> None:
+    """Two levels fit the window far better than a line only where the demand stepped: where the
+    second level's first full reading is, and the two levels."""
+    found = second_level([(i * SYNC, u) for i, u in enumerate(readings)])
+    assert found == (None if split is None else pytest.approx(split))
 
 
 def numpy_second_level(window: list[tuple[float, float]]) -> int | None:

@@ -44,7 +44,7 @@ def decide(
     rec = recommend(spec, sig.sm, seen, now, obs.precompute, state.backlog_empty_since)
     # No capacity is given back while the ramp lead sees demand rising.
     release = sig.slo.release if sig.ramp.recommendation is None and release_fits(spec, state, now) else None
-    stepped = None if release is None else stepped_floor(spec, sig.ramp.peaks, sig.slo.target, now)
+    stepped = None if release is None else stepped_floor(spec, sig.ramp, sig.slo.target, now)
     stable = stabilise(spec, seen, rec, now, release=release, stepped=stepped)
     held = rec.replicas is None
     panicked = apply_panic(sig.panic, stable.replicas, seen.current, held=held, yielding=rec.yielding)
@@ -102,6 +102,7 @@ def conclude(
         ramp_forecasts=ramp.forecasts,
         ramp_skill=ramp.skill,
         demand_peaks=ramp.peaks,
+        demand_steps=ramp.steps,
         scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
         slo_last_release=now if stable.released else state.slo_last_release,
     )

@@ -67,8 +67,10 @@ Steps, in order:
    while the p99 rests below the loop's band for a whole window on a quiet pool, the down window
    keeps only exp(integralGain x error) of its peak, once per window and not while the ramp lead
    sees demand rising (`steps/stabilise.py`), nor below what the highest level a step reached
-   within the down window needs (a minute whose peak demand is 30 % above the minute before's:
-   a load that steps returns as a step, faster than a pod starts).
+   needs while the down window holds a minute of it (a minute whose peak demand is 30 % above
+   the minute before's, while that minute is inside the window; a step up the ramp lead
+   restarted its fit at, until the window has passed the level's last minute): a load that steps
+   returns as a step, faster than a pod starts.
 5. **Rate policies:** per direction the most permissive listed policy applies, each measured
    against the replicas at the start of its period (recorded scale events).
 6. **Free GPUs:** scale-up is capped at `current + free_gpus // gpusPerReplica` (minus pods

@@ -54,6 +54,8 @@ class ScalerState:
         none judged yet).
     demand_peaks: (minute, highest demand read in it) for the last hour: the ramp lead leads no
         farther than the earlier peak while demand is at or below it.
+    demand_steps: (time, level before, level after) of the steps up the ramp lead read in the last
+        hour: a release keeps what such a level needs until the down window has passed its last minute.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -81,6 +83,7 @@ class ScalerState:
     ramp_forecasts: tuple[tuple[float, float, float], ...] = ()
     ramp_skill: float | None = None
     demand_peaks: tuple[tuple[float, float], ...] = ()
+    demand_steps: tuple[tuple[float, float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -114,6 +117,8 @@ class ScalerState:
             out["rampSkill"] = self.ramp_skill
         if self.demand_peaks:
             out["demandPeaks"] = [[t, u] for t, u in self.demand_peaks]
+        if self.demand_steps:
+            out["demandSteps"] = [list(step) for step in self.demand_steps]
         return out
 
     @classmethod
@@ -157,6 +162,7 @@ class ScalerState:
                 ramp_forecasts=tuple((_finite(d), _finite(m), _finite(f)) for d, m, f in data.get("rampForecasts", [])),
                 ramp_skill=_opt(data.get("rampSkill")),
                 demand_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("demandPeaks", [])),
+                demand_steps=tuple((_finite(t), _finite(b), _finite(a)) for t, b, a in data.get("demandSteps", [])),
             )
         except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: int(inf)
             return cls()

@@ -38,6 +38,13 @@ minutes 7 -> 5, violation minutes 47 -> 41; over 112 bursts cases (held-out seed
 service, the slow-start and single-server fleets) 34 -> 26, 41 -> 29 and 417 -> 403; the bench's
 eight sweeps (234 cases) 21 -> 20, 6 -> 7 and 802 -> 797 (docs/benchmarks.md).
 
+**A step is remembered.** The steps up the fit restarts at, by a jump or by two levels, are kept
+for an hour with the levels either side (`RampStep.steps`, carried in the autoscaler's state), and
+the release keeps what such a level needs until the down window has passed its last minute
+(`held_step_level`, `steps/stabilise.py`). Read at sync resolution they are a finer test than a
+jump between two minutes' peaks: an overload is not read as one (the readings then show what the
+pods serve), nor is a noisy minute's peak.
+
 It acts inside the SM rule's tolerance band too: waiting for the band to be left is what makes a
 ramp's replica late. Measured (`bench/autoscaling_seeds.py`): on the one-hour Poisson ramps and
 the shared trace the policy without it was worse than HPA on RPS at equal GPU-hours in 5 of 34
@@ -138,6 +145,8 @@ EXACT_FIT = 1e-12
 """A line whose squared residual is under this share of the readings' squares fits them exactly (no step)."""
 STEP_JUMP = 0.3
 """A minute whose peak demand is this much above the minute before's was reached by a step."""
+MAX_STEPS = 32
+"""Steps remembered at most (an hour of them; a load that steps more often than every two minutes is noise)."""
 MIN_SAMPLES = 8
 """A line through fewer syncs (2 minutes at the default 15 s sync) is noise, not a ramp."""
 MAX_LEAD_SECONDS = 1800.0
@@ -158,6 +167,8 @@ MAX_FORECASTS = 256
 
 Forecast = tuple[float, float, float]
 """(when it comes due, the fitted demand when it was made, the demand it forecast)."""
+Step = tuple[float, float, float]
+"""(when a step's first full reading came, the level before it, the level after it): a step up in demand."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +184,7 @@ class RampStep:
     skill: float | None = None  # the line's skill so far (None: no forecast judged yet)
     peaks: tuple[tuple[float, float], ...] = ()  # the highest demand of each minute of the last hour
     keep: int | None = None  # what the line needs, slivers included: a scale-down stops there (no start to pay)
+    steps: tuple[Step, ...] = ()  # the steps up read in the last hour (`held_step_level`)
 
 
 def _least_squares(samples: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
@@ -274,9 +286,9 @@ def _line_residual(samples: Sequence[tuple[float, float]]) -> float | None:
     return sum((u - mu - slope * (t - mt)) ** 2 for t, u in samples)
 
 
-def second_level(samples: Sequence[tuple[float, float]]) -> int | None:
-    """Index of the second level's first full reading when two levels fit `samples` far better
-    than a line (a step, see the module docstring); None when they do not."""
+def second_level(samples: Sequence[tuple[float, float]]) -> tuple[int, float, float] | None:
+    """(index of the second level's first full reading, the first level, the second) when two levels
+    fit `samples` far better than a line (a step, see the module docstring); None when they do not."""
     n = len(samples)
     if n < MIN_LEVEL_SYNCS + 2:
         return None
@@ -284,7 +296,7 @@ def second_level(samples: Sequence[tuple[float, float]]) -> int | None:
     values = [u for _, u in samples]
     if line is None or line <= EXACT_FIT * sum(u * u for u in values):
         return None  # a line through every reading leaves no step to find
-    best: tuple[float, int] | None = None
+    best: tuple[float, int, float, float] | None = None
     for split in range(MIN_LEVEL_SYNCS, n - 1):
         earlier, later, reading = values[:split], values[split + 1 :], values[split]
         # A reading beyond every earlier one and short of every later one is a step's partial reading.
@@ -294,10 +306,10 @@ def second_level(samples: Sequence[tuple[float, float]]) -> int | None:
             continue
         residual = _squared_spread(earlier) + _squared_spread(values[start:])
         if best is None or residual < best[0]:
-            best = (residual, start)
+            best = (residual, start, sum(earlier) / split, sum(values[start:]) / (n - start))
     if best is None or best[0] >= TWO_LEVEL_FIT * line:
         return None
-    return best[1]
+    return best[1], best[2], best[3]
 
 
 def stepped_level(peaks: Sequence[tuple[float, float]], since: float) -> float | None:
@@ -312,6 +324,37 @@ def stepped_level(peaks: Sequence[tuple[float, float]], since: float) -> float |
         reached = max(high, peaks[i + 1][1]) if i + 1 < len(peaks) else high
         level = reached if level is None else max(level, reached)
     return level
+
+
+def held_step_level(peaks: Sequence[tuple[float, float]], steps: Sequence[Step], since: float) -> float | None:
+    """The highest minute peak after `since` of a level a step reached and demand then held (None: none).
+
+    A step's level lasts from its minute for as long as each next minute's peak stays within half
+    the step of the level after it (above the midpoint of the two levels, and no farther above):
+    a fall back ends it, and so does a rise past it (demand has moved on to another level).
+    """
+    level = None
+    for at, before, after in steps:
+        half = (after - before) / 2
+        last = None
+        for minute, peak in peaks:
+            if minute + PEAK_BUCKET_SECONDS <= at:
+                continue
+            held = before + half <= peak <= after + half
+            if not held or (last is not None and minute - last > PEAK_BUCKET_SECONDS):
+                break
+            last = minute
+            if minute + PEAK_BUCKET_SECONDS > since:
+                level = peak if level is None else max(level, peak)
+    return level
+
+
+def _stepped_up(steps: Sequence[Step], now: float, found: Step | None) -> tuple[Step, ...]:
+    """The steps of the last hour, with `found` if it is a step up."""
+    kept = [s for s in steps if s[0] > now - PEAK_HISTORY_SECONDS]
+    if found is not None and found[2] > found[1]:
+        kept.append(found)
+    return tuple(kept[-MAX_STEPS:])
 
 
 def learn_lead(
@@ -348,13 +391,16 @@ def ramp_step(
     forecasts: Sequence[Forecast] = (),
     skill: float | None = None,
     peaks: Sequence[tuple[float, float]] = (),
+    steps: Sequence[Step] = (),
 ) -> RampStep:
     """Advance the ramp lead by one sync: keep the demand sample, time scale-ups, project the fit.
 
     `overloaded` (queued work or saturated pods): the readings then show what the pods serve, not
     what arrives, and the queue rule sizes the overload; the history restarts, so a step or a
     flash crowd is not read back as a ramp once the pool has caught up. `forecasts` and `skill`:
-    the line's earlier forecasts and its skill so far (see the module docstring).
+    the line's earlier forecasts and its skill so far (see the module docstring). `steps`: the steps
+    up read so far; this sync adds one where the fit restarts at a step up (a jump of more than
+    `LEVEL_SHIFT`, or two levels, `second_level`).
     """
     rl = spec.ramp_lead
     window = float(rl.window_seconds)
@@ -362,24 +408,28 @@ def ramp_step(
     waiting = tuple(forecasts)
     hour = remember_peak(peaks, usage, now)
     if overloaded:
-        return RampStep(None, (), lead, pending, skill=skill, peaks=hour)
+        return RampStep(None, (), lead, pending, skill=skill, peaks=hour, steps=_stepped_up(steps, now, None))
     kept = tuple((t, u) for t, u in history if now - window < t < now)
+    found: Step | None = None
     if usage is not None and level_shift(kept, usage):
+        found = (now, kept[-1][1], usage)
         kept, waiting = (), ()
     if usage is not None:
         kept = (*kept, (now, usage))
-        restart = second_level(kept)
-        if restart is not None:
-            kept, waiting = kept[restart:], ()
+        split = second_level(kept)
+        if split is not None:
+            found = (kept[split[0]][0], split[1], split[2])
+            kept, waiting = kept[split[0] :], ()
         elapsed = now - history[-1][0] if history else 0.0
         waiting, skill = judged_skill(waiting, skill, usage, now, elapsed=max(0.0, elapsed), half_life=window)
+    marked = _stepped_up(steps, now, found)
     if not rl.enabled or usage is None:
-        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour)
+        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour, steps=marked)
     full = rl.lead_seconds if lead is None else lead
     ahead = min(full, kept[-1][0] - kept[0][0])  # never farther ahead than the samples reach back
     fit = fitted_rise(kept, now + ahead)
     if fit is None or fit[1] <= 0:
-        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour)
+        return RampStep(None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour, steps=marked)
     projected, slope = fit
     level = projected - slope * ahead  # the line at this sync
     waiting = (*waiting, (now + ahead, level, projected))[-MAX_FORECASTS:]
@@ -417,7 +467,7 @@ def ramp_step(
             "of the pool),"
         )
     msg += f" needs {want} replicas"
-    return RampStep(want, kept, lead, pending, msg, waiting, skill, hour, keep=whole)
+    return RampStep(want, kept, lead, pending, msg, waiting, skill, hour, whole, marked)
 
 
 def without_ramp_lead(spec: AutoscalingSpec) -> AutoscalingSpec:
@@ -429,6 +479,7 @@ __all__ = [
     "EXACT_FIT",
     "LEVEL_SHIFT",
     "MAX_REALISED",
+    "MAX_STEPS",
     "MIN_LEVEL_SYNCS",
     "MIN_SAMPLES",
     "PEAK_BUCKET_SECONDS",
@@ -439,8 +490,10 @@ __all__ = [
     "TWO_LEVEL_FIT",
     "Forecast",
     "RampStep",
+    "Step",
     "earlier_peak",
     "fitted_rise",
+    "held_step_level",
     "judged_skill",
     "learn_lead",
     "level_shift",

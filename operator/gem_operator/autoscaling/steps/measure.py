@@ -120,6 +120,7 @@ def read_signals(
         forecasts=state.ramp_forecasts,
         skill=state.ramp_skill,
         peaks=state.demand_peaks,
+        steps=state.demand_steps,
     )
     if ramp.recommendation is not None and sig.recommendation is not None:
         values["rampLead"] = float(ramp.recommendation)

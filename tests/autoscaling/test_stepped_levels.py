@@ -1,0 +1,148 @@
+"""The steps up the ramp lead reads, carried in the state, and the release's floor for the level they
+reached, kept until the down window has passed that level's last minute (`trend.held_step_level`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.observation import LatencyReading, MetricReading, Observation, PodSample, PodState
+from gem_operator.autoscaling.policy import desired_replicas
+from gem_operator.autoscaling.state import ScalerState
+from gem_operator.autoscaling.trend import MAX_STEPS, PEAK_HISTORY_SECONDS, Step, held_step_level, ramp_step
+
+SYNC = 15.0
+T0 = 100_020.0  # 20 s into a minute
+SLO = 40.0
+
+
+def spec(**kw: Any) -> AutoscalingSpec:
+    base: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 100, "targetSmActive": 0.5}
+    base.update(kw)
+    return AutoscalingSpec.model_validate(base)
+
+
+STEP: Step = (120.0, 6.0, 10.0)
+LEVEL = [(0.0, 6.0), (60.0, 6.1), (120.0, 10.2), (180.0, 10.1), (240.0, 10.3), (300.0, 6.2), (360.0, 6.0)]
+
+
+@pytest.mark.parametrize(
+    ("peaks", "steps", "since", "level"),
+    [
+        pytest.param(LEVEL, [], -1.0, None, id="no-step"),
+        pytest.param(LEVEL, [STEP], -1.0, 10.3, id="the-levels-highest-minute"),
+        pytest.param(LEVEL, [STEP], 250.0, 10.3, id="held-while-the-window-has-its-last-minute"),
+        pytest.param(LEVEL, [STEP], 200.0, 10.3, id="only-the-minutes-inside-the-window"),
+        pytest.param(LEVEL, [STEP], 300.0, None, id="the-window-has-passed-its-last-minute"),
+        pytest.param(LEVEL, [(150.0, 6.0, 10.0)], -1.0, 10.3, id="a-step-inside-a-minute-counts-that-minute"),
+        pytest.param(
+            [(120.0, 10.0), (180.0, 12.5), (240.0, 12.5)], [STEP], 190.0, None, id="a-rise-past-the-level-ends-it"
+        ),
+        pytest.param([(120.0, 10.0), (240.0, 10.0)], [STEP], 200.0, None, id="a-missing-minute-ends-it"),
+        pytest.param([(120.0, 10.0), (180.0, 7.9)], [STEP], 190.0, None, id="a-fall-past-halfway-ends-it"),
+        pytest.param([(120.0, 10.0), (180.0, 8.1)], [STEP], 190.0, 8.1, id="a-fall-short-of-halfway-holds-it"),
+        pytest.param(
+            [*LEVEL, (420.0, 9.0), (480.0, 9.0)], [STEP, (420.0, 6.0, 9.0)], 300.0, 9.0, id="a-later-step-of-its-own"
+        ),
+    ],
+)
+def test_held_step_level(
+    peaks: list[tuple[float, float]], steps: list[Step], since: float, level: float | None
+) -> None:
+    assert held_step_level(peaks, steps, since) == level
+
+
+def run_ramp(readings: list[float], *, overloaded_from: int | None = None) -> tuple[Step, ...]:
+    """The steps the ramp lead has marked after these readings, 15 s apart."""
+    s = spec()
+    history: tuple[tuple[float, float], ...] = ()
+    steps: tuple[Step, ...] = ()
+    for i, usage in enumerate(readings):
+        over = overloaded_from is not None and i >= overloaded_from
+        r = ramp_step(
+            s, history, usage, 0.5, T0 + i * SYNC, lead_seconds=None, pending=None, serving=12, current=12,
+            overloaded=over, steps=steps,
+        )  # fmt: skip
+        history, steps = r.usage, r.steps
+    return steps
+
+
+def test_two_levels_mark_a_step_from_its_first_full_reading() -> None:
+    [(at, before, after)] = run_ramp([2.0] * 8 + [2.6, 3.0, 3.0])
+    assert at == T0 + 9 * SYNC and (before, after) == pytest.approx((2.0, 3.0))
+
+
+def test_a_jump_marks_a_step_at_once() -> None:
+    assert run_ramp([2.0] * 6 + [4.5]) == ((T0 + 6 * SYNC, 2.0, 4.5),)
+
+
+def test_an_overload_marks_none() -> None:
+    """The readings of an overloaded pool show what it serves, not what arrives (the queue sizes it),
+    and the first minutes of a pool sized too small overload it without any step in the load."""
+    assert run_ramp([2.0] * 6 + [2.9, 3.0], overloaded_from=6) == ()
+
+
+@pytest.mark.parametrize(
+    "readings",
+    [
+        pytest.param([3.0] * 8 + [2.0] * 3, id="a-step-down"),
+        pytest.param([2.0 + 0.06 * i for i in range(20)], id="a-ramp"),
+        pytest.param([2.0, 2.02] * 10, id="noise"),
+    ],
+)
+def test_no_step_up_marks_none(readings: list[float]) -> None:
+    assert run_ramp(readings) == ()
+
+
+def test_steps_are_kept_for_an_hour_and_at_most_max_steps() -> None:
+    old: Step = (T0 - PEAK_HISTORY_SECONDS - 1, 1.0, 2.0)
+    many = tuple((T0 - 60.0 * (MAX_STEPS - i), 1.0, 2.0) for i in range(MAX_STEPS))
+    r = ramp_step(spec(), (), 2.0, 0.5, T0, lead_seconds=None, pending=None, serving=4, current=4, steps=(old,))
+    assert r.steps == ()
+    jump = ((T0 - SYNC, 2.0),)
+    r = ramp_step(spec(), jump, 4.5, 0.5, T0, lead_seconds=None, pending=None, serving=4, current=4, steps=many)
+    assert len(r.steps) == MAX_STEPS and r.steps[-1] == (T0, 2.0, 4.5) and r.steps[0] == many[1]
+
+
+def test_steps_survive_a_restart() -> None:
+    state = ScalerState(demand_steps=((T0, 2.0, 3.0),))
+    assert ScalerState.from_dict(state.to_dict()) == state
+    assert "demandSteps" not in ScalerState().to_dict()  # a state written before them parses the same
+
+
+@pytest.mark.parametrize("bad", [[[1.0, 2.0]], [[1.0, 2.0, "nan"]], [["x", 1.0, 2.0]], 3])
+def test_malformed_steps_are_forgotten(bad: Any) -> None:
+    assert ScalerState.from_dict({"recommendations": [[1.0, 2]], "demandSteps": bad}) == ScalerState()
+
+
+def pool(n: int, sm: float, p99: float, now: float) -> Observation:
+    pods = [PodState(f"p{i}", ready=True) for i in range(n)]
+    samples = {f"p{i}": PodSample(sm, now) for i in range(n)}
+    return Observation(n, pods, MetricReading(samples), latency=LatencyReading(p99, now))
+
+
+@pytest.mark.parametrize(("steps", "lowest"), [pytest.param(True, 17, id="held"), pytest.param(False, 15, id="not")])
+def test_a_release_keeps_a_stepped_level_until_the_window_passes_its_last_minute(steps: bool, lowest: int) -> None:
+    """A pool held at 20 by the down window (900 s), serving what 8 need, p99 well below the band.
+    Demand stepped 4.5 -> 10.2 (SM-active terms) 20 minutes ago, held that level until 3 minutes
+    ago, and fell back. The step itself is older than the down window, but its level's last minute
+    is inside it, as HPA's window keeps a peak for its length after the last reading at it: the
+    release keeps the 17 replicas the level needs at 0.6 for the ten minutes run here. Without the
+    step in the state the level is read as a swell, and the release goes to 15."""
+    s = spec(targetSmActive=0.6, stabilizationSeconds={"down": 900})
+    minute = T0 - T0 % 60
+    peaks = [(minute - 1260 + 60 * i, 4.5 if i == 0 else 10.2) for i in range(18)]
+    peaks += [(minute - 120, 4.8), (minute - 60, 4.8)]
+    marked = ((minute - 1200 + 10, 4.5, 10.2),) if steps else ()
+    state = ScalerState(
+        recommendations=((T0 - 100, 20),), last_direction=-1, demand_peaks=tuple(peaks), demand_steps=marked
+    )
+    n, counts = 20, []
+    for i in range(40):
+        now = T0 + SYNC * i
+        d = desired_replicas(s, state, pool(n, 0.6 * 8 / n, 19.0, now), now, slo_p99_ms=SLO)
+        state, n = d.state, d.desired_replicas
+        counts.append(n)
+    assert min(counts) == lowest and counts == sorted(counts, reverse=True)
