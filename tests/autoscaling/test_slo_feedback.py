@@ -402,6 +402,8 @@ states = st.builds(
     slo_last_overloaded=st.one_of(st.none(), st.floats(0, 1e9)),
     ramp_forecasts=st.lists(st.tuples(st.floats(0, 1e9), st.floats(0, 1e3), st.floats(0, 1e3)), max_size=5).map(tuple),
     ramp_skill=st.one_of(st.none(), st.floats(0, 2)),
+    demand_peaks=st.lists(st.tuples(st.floats(0, 1e9), st.floats(0, 1e3)), max_size=5).map(tuple),
+    demand_steps=st.lists(st.tuples(st.floats(0, 1e9), st.floats(0, 1e3), st.floats(0, 1e3)), max_size=5).map(tuple),
 )
 
 
