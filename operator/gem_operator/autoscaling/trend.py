@@ -296,7 +296,7 @@ def second_level(samples: Sequence[tuple[float, float]]) -> tuple[int, float, fl
     values = [u for _, u in samples]
     if line is None or line <= EXACT_FIT * sum(u * u for u in values):
         return None  # a line through every reading leaves no step to find
-    best: tuple[float, int, float, float] | None = None
+    best: tuple[float, int, int] | None = None  # (residual, split, start of the second level)
     for split in range(MIN_LEVEL_SYNCS, n - 1):
         earlier, later, reading = values[:split], values[split + 1 :], values[split]
         # A reading beyond every earlier one and short of every later one is a step's partial reading.
@@ -306,10 +306,11 @@ def second_level(samples: Sequence[tuple[float, float]]) -> tuple[int, float, fl
             continue
         residual = _squared_spread(earlier) + _squared_spread(values[start:])
         if best is None or residual < best[0]:
-            best = (residual, start, sum(earlier) / split, sum(values[start:]) / (n - start))
+            best = (residual, split, start)
     if best is None or best[0] >= TWO_LEVEL_FIT * line:
         return None
-    return best[1], best[2], best[3]
+    _, split, start = best
+    return start, sum(values[:split]) / split, sum(values[start:]) / (n - start)
 
 
 def stepped_level(peaks: Sequence[tuple[float, float]], since: float) -> float | None:
