@@ -19,6 +19,14 @@ MIN_LE_MAX_RULE: dict[str, JsonValue] = {
     "message": "minReplicas must be <= maxReplicas",
 }
 
+IDLE_BELOW_TARGET_RULE: dict[str, JsonValue] = {
+    "rule": (
+        "!has(self.metrics) || !has(self.metrics.smActiveIdle) || !has(self.targetSmActive) || "
+        "self.metrics.smActiveIdle < self.targetSmActive"
+    ),
+    "message": "metrics.smActiveIdle must be below targetSmActive",
+}
+
 BAND_RULE: dict[str, JsonValue] = {
     "rule": "!has(self.bandLow) || !has(self.bandHigh) || self.bandLow < self.bandHigh",
     "message": "bandLow must be below bandHigh",
@@ -216,6 +224,16 @@ class MetricsSpec(ApiModel):
     )
     stale_after_seconds: int = Field(
         default=60, ge=5, le=3600, description="Older samples count as missing: hold, never scale down."
+    )
+    sm_active_idle: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description=(
+            "SM active a Ready pod reads while it serves nothing (a runtime that keeps a kernel resident "
+            "between requests reads above 0). The rules size busy SM, (SM active - smActiveIdle) / "
+            "(1 - smActiveIdle), against targetSmActive taken the same way; status reports SM active as read."
+        ),
     )
 
 
@@ -459,7 +477,7 @@ class RampLead(ApiModel):
 class AutoscalingSpec(ApiModel):
     """Built-in SM-utilisation autoscaler. Disable it to drive replicas through the scale subresource."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [MIN_LE_MAX_RULE]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [MIN_LE_MAX_RULE, IDLE_BELOW_TARGET_RULE]})
 
     enabled: bool = Field(default=True, description="False hands replicas to spec.replicas (HPA/KEDA).")
     min_replicas: int = Field(default=1, ge=0, le=10000, description="Lower bound on replicas.")
@@ -522,5 +540,11 @@ class AutoscalingSpec(ApiModel):
             raise ValueError(
                 f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas}); "
                 "lower minReplicas or raise maxReplicas"
+            )
+        if self.metrics.sm_active_idle >= self.target_sm_active:
+            raise ValueError(
+                f"metrics.smActiveIdle ({self.metrics.sm_active_idle}) must be below targetSmActive "
+                f"({self.target_sm_active}): the target is a level of work above the idle floor; lower "
+                "metrics.smActiveIdle to what an idle pod reads or raise targetSmActive"
             )
         return self

@@ -10,7 +10,7 @@ from typing import Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from gem_operator.api.autoscaling import MIN_LE_MAX_RULE, AutoscalingSpec
+from gem_operator.api.autoscaling import IDLE_BELOW_TARGET_RULE, MIN_LE_MAX_RULE, AutoscalingSpec
 from gem_operator.api.common import DNS_SUBDOMAIN_MAX, URI_MAX, ApiModel, Condition, ModelSource, Workload
 from gem_operator.api.pod_template import check_main_container
 
@@ -115,7 +115,7 @@ class FallbackSpec(ApiModel):
 class PrecomputeAutoscalingSpec(AutoscalingSpec):
     """SM utilisation plus backlog and deadline; scale to zero when idle; yield to a ranker."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [MIN_LE_MAX_RULE]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [MIN_LE_MAX_RULE, IDLE_BELOW_TARGET_RULE]})
 
     min_replicas: int = Field(default=0, ge=0, le=10000, description="Lower bound (0 allows scale to zero).")
     backlog_target_per_replica: int = Field(

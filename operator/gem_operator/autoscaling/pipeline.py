@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import NOT_LIMITED, Decision, Limit, Reason, render
+from gem_operator.autoscaling.idle import as_read_decision, in_busy_terms
 from gem_operator.autoscaling.observation import Observation
 from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.steps.hysteresis import (
@@ -38,7 +39,10 @@ def decide(
     saturation: float | None,
     slo_ms: float | None,
 ) -> Decision:
-    """Run the steps of one sync in order (see `policy.desired_replicas`)."""
+    """Run the steps of one sync in order (see `policy.desired_replicas`), in busy SM where the spec
+    declares an idle floor (`idle.py`)."""
+    idle = spec.metrics.sm_active_idle
+    spec, obs, saturation = in_busy_terms(spec, obs, saturation)
     seen = observe(spec, state, obs, now)
     sig = read_signals(spec, state, obs, now, seen, saturation=saturation, slo_ms=slo_ms)
     rec = recommend(spec, sig.sm, seen, now, obs.precompute, state.backlog_empty_since)
@@ -59,7 +63,7 @@ def decide(
         limits = (*limits, Limit("yield", "YieldingGPUs", render(reasons), stable.replicas, rated.replicas))
     capped = cap(obs, seen, rated.replicas, rec.floor)
     limited = Limited(capped.replicas, (*limits, *capped.limits), (*reasons, *capped.reasons))
-    return conclude(spec, state, now, seen, sig, rec, stable, panicked, limited)
+    return as_read_decision(conclude(spec, state, now, seen, sig, rec, stable, panicked, limited), idle)
 
 
 def conclude(

@@ -19,6 +19,9 @@ Steps, in order:
    without a latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh
    p99 is over the SLO the pool does not scale down; scale-up ignores the up tolerance band while
    the p99 is above `eagerScaleUpAbove` (band: and above the band).
+   **Idle floor** (`metrics.smActiveIdle`, `idle.py`): where an idle pod reads above zero, every
+   step below works in busy SM, (SM active - idle) / (1 - idle), the target taken the same way;
+   the decision reports SM active as read.
 1. **Signal.** Only pods that are Ready *and* have finished loading the model count. Their
    fresh SM-active samples (younger than `metrics.staleAfterSeconds`) give the ratio
    `metric / target`. Inside the tolerance band (per direction) nothing changes. Above it,

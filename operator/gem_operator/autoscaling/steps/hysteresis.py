@@ -131,11 +131,13 @@ def remember_direction(state: ScalerState, current: int, desired: int, now: floa
 
 
 def as_hpa(spec: AutoscalingSpec) -> AutoscalingSpec:
-    """`spec` as HPA runs it, for the baselines that stand for HPA: no ramp lead, no direction budget."""
+    """`spec` as HPA runs it, for the baselines that stand for HPA: no ramp lead, no direction budget,
+    and its metric as read (HPA has no idle floor, and the baselines feed it requests/s)."""
     return spec.model_copy(
         update={
             "ramp_lead": spec.ramp_lead.model_copy(update={"enabled": False}),
             "hysteresis": spec.hysteresis.model_copy(update={"enabled": False}),
+            "metrics": spec.metrics.model_copy(update={"sm_active_idle": 0.0}),
         }
     )
 
