@@ -89,3 +89,13 @@ def test_the_crd_refuses_it_at_apply_time(model: type[AutoscalingSpec]) -> None:
 
 def test_the_hpa_baselines_read_their_metric_as_is() -> None:
     assert as_hpa(spec(0.3)).metrics.sm_active_idle == 0.0
+
+
+def test_a_hold_reports_its_target_as_read_and_no_busy_figures() -> None:
+    """No fresh sample: the pool holds, the effective target still reads as SM active, and the message
+    names no busy figures since it has none."""
+    stale = Observation(10, [PodState(f"p{i}", ready=True) for i in range(10)], MetricReading({}))
+    d = desired_replicas(spec(0.3), ScalerState(), stale, NOW)
+    assert d.held and d.desired_replicas == 10
+    assert d.effective_target == pytest.approx(0.55)
+    assert "smActiveIdle" not in d.message

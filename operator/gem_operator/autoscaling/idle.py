@@ -13,8 +13,9 @@ pods where 100 % more are needed.
 and the saturation level, so every step sizes the work above the floor and nothing else changes.
 What the autoscaler reports (the metric value, the effective target) goes back to SM active as read,
 which is what a dashboard of DCGM shows. The state it carries (the SLO loop's target, the ramp
-lead's demand) stays in busy terms: a changed `smActiveIdle` is clamped to the loop's new bounds and
-reads as a level shift to the ramp lead, which restarts its fit.
+lead's demand) stays in busy terms: after a change of `smActiveIdle` the loop's target is clamped to
+its new bounds, and the demand read before it ages out (the ramp lead's window, 300 s; its minute
+peaks, an hour).
 
 The floor is declared, not learned: the pool's readings alone cannot tell an idle floor from load
 (each reading is `idle + work / pods`, and the load moves with every scale event that would
@@ -42,8 +43,8 @@ def as_read(value: float, idle: float) -> float:
     return idle + value * (1.0 - idle)
 
 
-def _busy_reading(reading: MetricReading | None, idle: float) -> MetricReading | None:
-    if reading is None or reading.error is not None:
+def _busy_reading(reading: MetricReading, idle: float) -> MetricReading:
+    if reading.error is not None:
         return reading
     samples = {pod: replace(s, value=busy(s.value, idle)) for pod, s in reading.samples.items()}
     return replace(reading, samples=samples)
@@ -58,19 +59,19 @@ def in_busy_terms(
         return spec, obs, saturation
     metrics = spec.metrics.model_copy(update={"sm_active_idle": 0.0})
     busy_spec = spec.model_copy(update={"target_sm_active": busy(spec.target_sm_active, idle), "metrics": metrics})
-    reading = _busy_reading(obs.metrics, idle)
-    busy_obs = replace(
-        obs,
-        metrics=obs.metrics if reading is None else reading,
-        panic_metrics=_busy_reading(obs.panic_metrics, idle),
-    )
+    panic = None if obs.panic_metrics is None else _busy_reading(obs.panic_metrics, idle)
+    busy_obs = replace(obs, metrics=_busy_reading(obs.metrics, idle), panic_metrics=panic)
     return busy_spec, busy_obs, None if saturation is None else busy(saturation, idle)
 
 
 def as_read_decision(decision: Decision, idle: float) -> Decision:
-    """`decision`, worked out in busy SM, with its SM figures as read and a reason that says so."""
+    """`decision`, worked out in busy SM, with its SM figures as read and, where it read any, a reason
+    that says the figures in its message are busy SM."""
     if idle <= 0:
         return decision
+    target = None if decision.effective_target is None else as_read(decision.effective_target, idle)
+    if decision.metric_value is None:
+        return replace(decision, effective_target=target)
     note = Reason(
         "sm",
         "BusySmActive",
@@ -79,8 +80,8 @@ def as_read_decision(decision: Decision, idle: float) -> Decision:
     return replace(
         decision,
         reasons=(note, *decision.reasons),
-        metric_value=None if decision.metric_value is None else as_read(decision.metric_value, idle),
-        effective_target=None if decision.effective_target is None else as_read(decision.effective_target, idle),
+        metric_value=as_read(decision.metric_value, idle),
+        effective_target=target,
     )
 
 
