@@ -5,7 +5,9 @@ by default) by the controller and, with simulated time, by the replay (and so by
 either). It runs the pipeline of `pipeline.py`: each step below is a small pure function in
 `steps/` (or the module named), and the `Decision` (`decision.py`) carries every step's reasons
 and limits as typed values, which the controller's events, status and metrics read directly.
-Steps, in order:
+Where an idle pod reads above zero (`metrics.smActiveIdle`, `idle.py`), every step works in busy SM,
+(SM active - idle) / (1 - idle), the target taken the same way; the decision reports SM active as
+read. Steps, in order:
 
 0. **SLO feedback** (`spec.autoscaling.sloFeedback`): the SM target used below is an *effective*
    target that follows the observed p99 (`Observation.latency`) against `spec.slo.p99LatencyMs`.
@@ -19,9 +21,6 @@ Steps, in order:
    without a latency reading it holds (a fresh state: exactly `targetSmActive`). While a fresh
    p99 is over the SLO the pool does not scale down; scale-up ignores the up tolerance band while
    the p99 is above `eagerScaleUpAbove` (band: and above the band).
-   **Idle floor** (`metrics.smActiveIdle`, `idle.py`): where an idle pod reads above zero, every
-   step below works in busy SM, (SM active - idle) / (1 - idle), the target taken the same way;
-   the decision reports SM active as read.
 1. **Signal.** Only pods that are Ready *and* have finished loading the model count. Their
    fresh SM-active samples (younger than `metrics.staleAfterSeconds`) give the ratio
    `metric / target`. Inside the tolerance band (per direction) nothing changes. Above it,
