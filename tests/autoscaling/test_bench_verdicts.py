@@ -194,11 +194,11 @@ def test_the_oracle_table_shows_the_slo_loops_ceiling_first(bench: Any) -> None:
     """Beside x1..x4, the oracle at the highest effective target the SLO loop may reach: whether a
     GPU-hour target is within reach of a policy that stays within the spec's bounds."""
     load = LoadSeries(np.full(1200, 2000.0), np.full(1200, 20.0))
-    rows = bench.oracle_table(load, ranking_service(), ServiceModel(), 10.0, 3)
+    rows = bench.oracle_table(load, ranking_service(maxTargetFraction=1.1), ServiceModel(), 10.0, 3)
     assert [r["headroom"] for r in rows] == [0.909, *bench.HEADROOMS]  # 1 / maxTargetFraction 1.1
     assert rows[0]["at"] == bench.AT_LOOP_CEILING and all("at" not in r for r in rows[1:])
     assert rows[0]["gpu_hours"] < rows[1]["gpu_hours"]  # less headroom: fewer replicas for the same load
-    # A spec whose feedback never rises above targetSmActive has no such row.
-    for feedback in ({"maxTargetFraction": 1.0}, {"controller": "ratchet"}, {"enabled": False}):
+    # A spec whose feedback never rises above targetSmActive (the default among them) has no such row.
+    for feedback in ({}, {"maxTargetFraction": 1.0}, {"controller": "ratchet"}, {"enabled": False}):
         rows = bench.oracle_table(load, ranking_service(**feedback), ServiceModel(), 10.0, 3)
         assert [r["headroom"] for r in rows] == list(bench.HEADROOMS)

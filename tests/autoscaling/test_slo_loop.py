@@ -76,18 +76,20 @@ def test_the_band_is_the_default_and_its_error_is_zero_inside() -> None:
 
 def test_it_moves_up_as_readily_as_down() -> None:
     """Equal errors either side of the band move the target by equal factors, the first move a
-    whole window after the pool settled and the p99 left the band."""
+    whole window after the pool settled and the p99 left the band. From a target the loop had cut:
+    by default it rises no higher than targetSmActive."""
     s = spec(bandLow=0.6, bandHigh=0.8)
     low, high = 24.0 * math.exp(-0.1), 32.0 * math.exp(0.1)
-    d_up, up = run(s, [(0.6, low)] * 10)
-    d_down, down = run(s, [(0.6, high)] * 10)
-    first_up = next(i for i, t in enumerate(up) if t != 0.6)
-    first_down = next(i for i, t in enumerate(down) if t != 0.6)
+    cut = ScalerState(effective_target=0.5)
+    d_up, up = run(s, [(0.5, low)] * 10, state=cut)
+    d_down, down = run(s, [(0.5, high)] * 10, state=cut)
+    first_up = next(i for i, t in enumerate(up) if t != 0.5)
+    first_down = next(i for i, t in enumerate(down) if t != 0.5)
     assert first_up == first_down >= 4  # 60 s of a settled pool and of readings outside the band
     factor = math.exp(0.1 * (0.3 + 0.3))  # P and I on a first error of 0.1
-    assert up[first_up] == pytest.approx(0.6 * factor)
-    assert down[first_down] == pytest.approx(0.6 / factor)
-    assert d_up.effective_target is not None and d_up.effective_target > 0.6 > (d_down.effective_target or 1)
+    assert up[first_up] == pytest.approx(0.5 * factor)
+    assert down[first_down] == pytest.approx(0.5 / factor)
+    assert d_up.effective_target is not None and d_up.effective_target > 0.5 > (d_down.effective_target or 1)
 
 
 def test_inside_the_band_it_holds() -> None:
@@ -126,6 +128,20 @@ def test_a_return_into_the_band_takes_back_the_proportional_share_at_once() -> N
     cut = 0.6 * math.exp(s.slo_feedback.proportional_gain * math.log(18.0 / 26.0))
     assert targets[len(below)] == pytest.approx(cut)
     assert set(targets[len(below) :]) == {targets[len(below)]}
+
+
+def test_by_default_the_loop_gives_back_what_it_cut_and_no_more() -> None:
+    """The ceiling is targetSmActive unless the spec says otherwise: a p99 far below the band at the
+    declared target says nothing about where the latency curve's knee is (docs/benchmarks.md)."""
+    s = spec()
+    assert s.slo_feedback.max_target_fraction == 1.0
+    _, at_target = run(s, [(0.6, 12.0)] * 40)
+    assert set(at_target) == {0.6}
+    cut = ScalerState(effective_target=0.45)
+    _, back = run(s, [(0.6, 12.0)] * 120, state=cut)
+    assert back[0] < back[-1] == pytest.approx(0.6)
+    _, opted_in = run(spec(maxTargetFraction=1.1), [(0.6, 12.0)] * 40)
+    assert max(opted_in) == pytest.approx(0.66)
 
 
 def test_a_raise_reaches_only_past_the_sm_the_p99_was_read_at() -> None:

@@ -248,14 +248,16 @@ class SloFeedback(ApiModel):
     log(p99 / band edge) that keeps the p99 inside [`bandLow`, `bandHigh`] x SLO, moving the target
     down when the p99 is above the band and up when it is below, as readily one way as the other,
     between `minTargetFraction` and `maxTargetFraction` x targetSmActive (clamping the output is
-    the anti-windup). At most one move per `decreaseIntervalSeconds`, and none while pods are still
-    starting (Ready < replicas), while the pool is overloaded (the queue signal sizes an overload),
-    nor within that interval after either (the p99's query window still holds them); no upward move
-    while the stabilisation window keeps more replicas than the target asks for (a low p99 then
-    says nothing about the target). Inside the band it holds. A p99 below the band for a whole
-    window on a quiet pool also releases capacity the scale-down window holds: the window keeps
-    exp(integralGain x error) of its peak (never less than the peak of the ramp lead's window), once
-    per window, not while the ramp lead sees demand rising.
+    the anti-windup; by default the ceiling is targetSmActive itself, so the loop gives back what it
+    cut and no more: `autoscaling.steps.slo_loop` says why). At most one move per
+    `decreaseIntervalSeconds`, and none while pods are still starting (Ready < replicas), while the
+    pool is overloaded (the queue signal sizes an overload), nor within that interval after either
+    (the p99's query window still holds them); no upward move while the stabilisation window keeps
+    more replicas than the target asks for (a low p99 then says nothing about the target). Inside
+    the band it holds. A p99 below the band for a whole window on a quiet pool also releases
+    capacity the scale-down window holds: the window keeps exp(integralGain x error) of its peak
+    (never less than the peak of the ramp lead's window), once per window, not while the ramp lead
+    sees demand rising.
 
     `ratchet` (the earlier rule), at every sync with a fresh latency reading:
 
@@ -294,7 +296,12 @@ class SloFeedback(ApiModel):
         ),
     )
     band_low: float = Field(
-        default=0.65, gt=0, lt=1, description="band: the p99 below this fraction of the SLO raises the target."
+        default=0.65,
+        gt=0,
+        lt=1,
+        description=(
+            "band: the p99 below this fraction of the SLO raises the target, up to maxTargetFraction x targetSmActive."
+        ),
     )
     band_high: float = Field(
         default=0.8, gt=0, le=1, description="band: the p99 above this fraction of the SLO lowers the target."
@@ -314,12 +321,13 @@ class SloFeedback(ApiModel):
         description="band: change of log(target) per move per unit of the error log(p99 / band edge).",
     )
     max_target_fraction: float = Field(
-        default=1.1,
+        default=1.0,
         ge=1,
         le=2,
         description=(
-            "band: ceiling of the effective target, as a fraction of targetSmActive (capped at 0.95 SM active); "
-            "above it the pool keeps too little headroom for a flash crowd while new pods start."
+            "band: ceiling of the effective target, as a fraction of targetSmActive (capped at 0.95 SM active). "
+            "1 (the default): the loop gives back what it cut, never more; above 1 a p99 below the band raises "
+            "the target past targetSmActive, toward a knee of the latency curve the pool has not been near."
         ),
     )
     min_target_fraction: float = Field(
@@ -496,7 +504,7 @@ class AutoscalingSpec(ApiModel):
         description=(
             "Effective SM target from the observed p99 (metrics.latency) against spec.slo.p99LatencyMs. "
             "controller band (default): a PI loop on log(p99 / band edge) keeps the p99 within [bandLow (0.65), "
-            "bandHigh (0.8)] x SLO, between minTargetFraction (0.5) and maxTargetFraction (1.1) x targetSmActive, "
+            "bandHigh (0.8)] x SLO, between minTargetFraction (0.5) and maxTargetFraction (1) x targetSmActive, "
             "at most one move per decreaseIntervalSeconds (60 s), none while pods start or the pool is "
             "overloaded. controller ratchet: while p99 > recoverBelow (0.7) x SLO it drops decreasePercent "
             "(10 %) at most once per decreaseIntervalSeconds, not while overloaded, never below the floor; after "

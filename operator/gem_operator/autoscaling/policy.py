@@ -13,7 +13,7 @@ read. Steps, in order:
    target that follows the observed p99 (`Observation.latency`) against `spec.slo.p99LatencyMs`.
    The default controller (`band`, `steps/slo_loop.py`) is a two-sided proportional-integral loop
    on log(p99 / band edge) that keeps the p99 inside `bandLow`..`bandHigh` (0.65-0.8) x SLO,
-   between `minTargetFraction` (0.5) and `maxTargetFraction` (1.1) x `targetSmActive`: at most
+   between `minTargetFraction` (0.5) and `maxTargetFraction` (1) x `targetSmActive`: at most
    one move per `decreaseIntervalSeconds` (60 s), only on a p99 outside the band for a whole such
    window of a quiet pool (no pod starting, not overloaded, for a window), and a rise reaches at
    most 1.10x the SM active the p99 was read at. The earlier controller (`ratchet`, `slo.py`)
