@@ -1,7 +1,8 @@
 """Seed sweep: the autoscaling policy against HPA on RPS at equal GPU-hours over other draws of traffic.
 
 Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--family poisson-hour|conversation|wave|bursts]
-          [--fleet batching|single-server|slow-start] [--shared] [--azure-conversation] [--without-ramp-lead]
+          [--fleet batching|single-server|slow-start|fast-start|idle-floor|steep-knee|gentle-curve]
+          [--shared] [--azure-conversation] [--without-ramp-lead]
           [--service MANIFEST.yaml] [--max-replicas N] [--set KEY=VALUE ...] [--model KEY=VALUE ...]
 
 `bench/autoscaling_replay.py` judges a few draws of each trace family. Tuning to a few draws is
@@ -21,7 +22,11 @@ Fleets: `batching` is the service model's default p99 curve (a batching GPU serv
 (M/D/1: p99 reaches the 40 ms SLO near 70 % utilisation), where keeping the SLO needs a much
 lower SM target; `slow-start` is the default curve with a 420 s model load, so a replica serves
 7.5 minutes after creation (a large model pulled without a node cache): longer than the ramp lead's
-window and half of the bench's scale-down window.
+window and half of the bench's scale-down window. Four more are fleets no rule was tuned on:
+`fast-start` (a replica serves 25 s after creation), `idle-floor` (SM active 0.3 with no request
+in flight, 0.75 at full load; docs/benchmarks.md pairs it with `--set autoscaling.targetSmActive=0.55`),
+`steep-knee` (p99 low and flat to 70 % utilisation, 35 ms at 80 %, 80 ms at 90 %) and `gentle-curve`
+(p99 a straight line from 15 ms idle to 60 ms at full load, so the SLO falls at 56 %).
 
 Other services and fleets: `--set` replaces a field of the replayed RankingService's spec (a dotted
 camelCase path as in a manifest, e.g. `--set autoscaling.stabilizationSeconds.down=0`) and `--model`
@@ -89,6 +94,13 @@ FLEETS = {
     "batching": ServiceModel,
     "single-server": lambda: ServiceModel(latency_p99_ms=single_server_p99_curve(0.005)),
     "slow-start": lambda: ServiceModel(model_load_seconds=420.0),
+    # Fleets no rule was tuned on (docs/benchmarks.md, "Fleets it was not tuned on").
+    "fast-start": lambda: ServiceModel(pod_start_seconds=10.0, model_load_seconds=15.0),
+    "idle-floor": lambda: ServiceModel(sm_active=((0.0, 0.3), (1.0, 0.75))),
+    "steep-knee": lambda: ServiceModel(
+        latency_p99_ms=((0.0, 10.0), (0.5, 12.0), (0.7, 20.0), (0.8, 35.0), (0.9, 80.0), (1.0, 300.0))
+    ),
+    "gentle-curve": lambda: ServiceModel(latency_p99_ms=((0.0, 15.0), (1.0, 60.0))),
 }
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from gem_operator.replay.service_model import ServiceModel
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "bench" / "autoscaling_seeds.py"
@@ -76,3 +79,28 @@ def test_a_changed_service_and_model_are_replayed() -> None:
     assert plain[1:3] != changed[1:3]
     judged = "targets as bench/autoscaling_replay.py judges them: "
     assert all(lines[-1].startswith(judged) for lines in (plain, changed))
+
+
+def test_every_named_fleet_is_a_valid_service_profile() -> None:
+    """The named fleets pass the checks a `gemop replay --profile` file gets (curves rising, values
+    in range), and the ones no rule was tuned on are what docs/benchmarks.md names with `--model`."""
+    spec = importlib.util.spec_from_file_location("autoscaling_seeds_fleets", SWEEP)
+    assert spec is not None and spec.loader is not None
+    sys.path.insert(0, str(SWEEP.parent))
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SWEEP.parent))
+    for name, make in module.FLEETS.items():
+        model = make()
+        keys = {k: v for k, v in model.describe().items() if k != "source"}
+        assert ServiceModel.from_mapping(keys, where=name) == model, name
+    steep = ServiceModel.from_mapping(
+        {"latency_p99_ms": [[0, 10], [0.5, 12], [0.7, 20], [0.8, 35], [0.9, 80], [1, 300]]}
+    )
+    assert module.FLEETS["steep-knee"]() == steep
+    assert module.FLEETS["fast-start"]().startup_seconds == 25.0
+    assert module.FLEETS["idle-floor"]().sm_active[0] == (0.0, 0.3)
+    gentle = module.FLEETS["gentle-curve"]()
+    assert gentle.p99_ms(0.556) == pytest.approx(40.0, abs=0.1)  # the SLO falls at 56 % utilisation
