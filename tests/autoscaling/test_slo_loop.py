@@ -167,9 +167,10 @@ def test_a_raise_holds_on_a_fleet_whose_sm_active_idles_high() -> None:
     """SM active 0.3 idle, 0.75 at full load: a step of SM active is a larger step of work per pod.
     Three generated conversation hours through the replay: the raises stay within what the p99
     holds, so the hours keep the bench's target of 3 % of minutes over the SLO (a 15 % reach spent 12 of
-    171 judged minutes over it, 8 in one hour)."""
+    171 judged minutes over it, 8 in one hour). The raise opted in: by default the ceiling is the target."""
     scenarios, replay = bench_module("autoscaling_scenarios"), bench_module("autoscaling_replay")
-    service = {**replay.SERVICE, "autoscaling": {**replay.SERVICE["autoscaling"], "targetSmActive": 0.55}}
+    raised = {**replay.SERVICE["autoscaling"], "targetSmActive": 0.55, "sloFeedback": {"maxTargetFraction": 1.1}}
+    service = {**replay.SERVICE, "autoscaling": raised}
     rs = RankingServiceSpec.model_validate(service)
     model = ServiceModel(sm_active=((0.0, 0.3), (1.0, 0.75)))
     over = judged = 0
@@ -183,9 +184,10 @@ def test_a_raise_holds_on_a_fleet_whose_sm_active_idles_high() -> None:
 
 def test_bounded_and_unwinds_at_once_from_the_ceiling() -> None:
     """Anti-windup: hours below the band leave the target at the ceiling, not beyond it, so the
-    first confirmed window above the band cuts it."""
-    s = spec()
+    first confirmed window above the band cuts it. The ceiling above the target is opted in."""
+    s = spec(maxTargetFraction=1.1)
     floor, ceiling = loop_bounds(s)
+    assert ceiling == pytest.approx(0.66)
     readings = [(0.85, 18.0)] * 240  # SM keeps showing room (not saturated): the loop climbs to its ceiling
     d, targets = run(s, readings)
     assert max(targets) == pytest.approx(ceiling)
