@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from gem_operator.replay.service_model import ServiceModel
+
+from .conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "bench" / "autoscaling_seeds.py"
@@ -84,14 +85,7 @@ def test_a_changed_service_and_model_are_replayed() -> None:
 def test_every_named_fleet_is_a_valid_service_profile() -> None:
     """The named fleets pass the checks a `gemop replay --profile` file gets (curves rising, values
     in range), and the ones no rule was tuned on are what docs/benchmarks.md names with `--model`."""
-    spec = importlib.util.spec_from_file_location("autoscaling_seeds_fleets", SWEEP)
-    assert spec is not None and spec.loader is not None
-    sys.path.insert(0, str(SWEEP.parent))
-    try:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SWEEP.parent))
+    module = bench_module("autoscaling_seeds")
     for name, make in module.FLEETS.items():
         model = make()
         keys = {k: v for k, v in model.describe().items() if k != "source"}

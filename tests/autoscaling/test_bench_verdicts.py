@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -16,17 +13,12 @@ from gem_operator.replay.report import HPA_RPS, POLICY, STATIC_PEAK, PoolResult,
 from gem_operator.replay.service_model import ServiceModel
 from gem_operator.replay.traces import LoadSeries
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "autoscaling_verdicts.py"
+from .conftest import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("autoscaling_verdicts_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("autoscaling_verdicts")
 
 
 def pool(name: str, gpu_hours: float, violations: int, judged: int = 57, changes: float = 1.0) -> PoolResult:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,6 +19,8 @@ from gem_operator.autoscaling.steps.slo_loop import MAX_ERROR, RAISE_REACH, band
 from gem_operator.replay.engine import simulate
 from gem_operator.replay.report import POLICY
 from gem_operator.replay.service_model import ServiceModel
+
+from .conftest import bench_module
 
 SLO = 40.0
 T0 = 10_000.0
@@ -150,17 +148,6 @@ def test_a_raise_reaches_only_past_the_sm_the_p99_was_read_at() -> None:
     assert max(targets) == pytest.approx(max(0.6, 0.3 * RAISE_REACH))
     _, free = run(spec(maxTargetFraction=1.5), [(0.6, 18.0)] * 40)
     assert max(free) == pytest.approx(0.6 * RAISE_REACH)  # one step past what the pool showed, then it waits
-
-
-def bench_module(name: str) -> ModuleType:
-    """A module of `bench/`, loaded from its file (the benches are scripts, not a package)."""
-    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
-    loaded = importlib.util.spec_from_file_location(f"{name}_for_tests", path)
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    sys.modules[loaded.name] = module
-    loaded.loader.exec_module(module)
-    return module
 
 
 def test_a_raise_holds_on_a_fleet_whose_sm_active_idles_high() -> None:
