@@ -49,6 +49,9 @@ SWEEP = ROOT / "bench" / "autoscaling_seeds.py"
         ),
         pytest.param(["--model", "nope=1"], "--model: unknown keys ['nope']; known keys are", id="model-unknown"),
         pytest.param(
+            ["--fleet", "steep"], "argument --fleet: invalid choice: 'steep' (choose from", id="fleet-unknown"
+        ),
+        pytest.param(
             ["--model", "throughput_per_replica=[1"],
             "--model: throughput_per_replica: the value '[1' is not YAML",
             id="model-not-yaml",
