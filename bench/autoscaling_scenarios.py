@@ -1,6 +1,6 @@
 """The trace families of the autoscaling benches (`autoscaling_replay.py`, `autoscaling_seeds.py`).
 
-Three families, each drawn with a seed (the shared trace is one real draw):
+Trace families, each drawn with a seed (the shared trace is one real draw):
 
 - `shared-trace`: data/traces/azure-llm-2023-code.csv (1 h of real, very bursty arrivals), each
   request weighted by its ContextTokens (normalised to mean 1), scaled so that static peak
@@ -15,6 +15,8 @@ Three families, each drawn with a seed (the shared trace is one real draw):
 - `wave`: a periodic swing of 5-30 minutes (`wave`), for the seed sweep only.
 - `bursts`: a steady load with batch bursts of 2-5 minutes every 7-15 minutes (`bursts`), for the
   seed sweep only.
+- `interruption`: a steady load that falls to 50-75 % for 10-20 minutes and comes back at once
+  (`interruption`), for the seed sweep only.
 
 Synthetic traces are drawn for 1/USERS_SCALE of the users and scaled xUSERS_SCALE; in the
 independent scale mode their common trend is the known per-second rate.
@@ -178,6 +180,26 @@ def bursts(seed: int = 61) -> Scenario:
         start += length + rng.uniform(420, 900)
     arrivals, trend = poisson_trace("bursts", rate, np.ones_like(rate), seed)
     return Scenario(f"bursts s{seed}", arrivals, trend, USERS_SCALE, False, None, "bursts", 3.0)
+
+
+INTERRUPTION_RATE = 2400.0  # requests/s of the interruption family's level (static peak >= 20 replicas)
+
+
+def interruption(seed: int = 81) -> Scenario:
+    """1 h of a steady 2,400/s that falls to 50-75 % of it at a second drawn between minutes 10 and
+    40, stays there 10-20 minutes and comes back at once (Poisson arrivals, unit cost).
+
+    An interruption, not a new level: an upstream caller paused, a client fleet rolled back, a
+    region drained for a deploy. The load that left comes back as a step, faster than a pod
+    starts. For the seed sweep only: no other family falls from a level it has held.
+    """
+    rng = np.random.default_rng(seed)
+    rate = np.full(3600, INTERRUPTION_RATE)
+    start = int(rng.uniform(600, 2400))
+    end = int(start + rng.uniform(600, 1200))
+    rate[start:end] *= rng.uniform(0.5, 0.75)
+    arrivals, trend = poisson_trace("interruption", rate, np.ones_like(rate), seed)
+    return Scenario(f"interruption s{seed}", arrivals, trend, USERS_SCALE, False, None, "interruption", 3.0)
 
 
 def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> Scenario:

@@ -1,14 +1,14 @@
 """Seed sweep: the autoscaling policy against HPA on RPS at equal GPU-hours over other draws of traffic.
 
-Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--family poisson-hour|conversation|wave|bursts]
+Run:  python bench/autoscaling_seeds.py [--seeds 0:16] [--family poisson-hour|conversation|wave|bursts|interruption]
           [--fleet batching|single-server|slow-start|fast-start|idle-floor|steep-knee|gentle-curve]
           [--shared] [--azure-conversation] [--without-ramp-lead]
           [--service MANIFEST.yaml] [--max-replicas N] [--set KEY=VALUE ...] [--model KEY=VALUE ...]
 
 `bench/autoscaling_replay.py` judges a few draws of each trace family. Tuning to a few draws is
 easy; this runs one one-hour family (`--family`: the Poisson swing with a 3x flash crowd at minute
-40, the smooth conversation hour, a periodic wave of 5-30 minutes, or batch bursts of 2-5 minutes on a
-steady load) for every seed of `--seeds`,
+40, the smooth conversation hour, a periodic wave of 5-30 minutes, batch bursts of 2-5 minutes on a
+steady load, or a steady load interrupted for 10-20 minutes) for every seed of `--seeds`,
 in both scale modes, and for each case compares the policy with HPA on RPS in both directions, as
 the main bench does: its SLO-violation minutes after warm-up against RPS at the policy's GPU-hours (RPS re-run at lower
 utilisation targets and interpolated), and its GPU-hours against RPS at as few violation minutes
@@ -63,7 +63,15 @@ from typing import Any
 
 import yaml
 from autoscaling_replay import MODES, SERVICE  # bench/ on sys.path
-from autoscaling_scenarios import azure_conversation, bursts, conversation, poisson_hour, shared_trace, wave
+from autoscaling_scenarios import (
+    azure_conversation,
+    bursts,
+    conversation,
+    interruption,
+    poisson_hour,
+    shared_trace,
+    wave,
+)
 from autoscaling_verdicts import (
     FAIL,
     GPU_SLACK,
@@ -89,6 +97,7 @@ FAMILIES = {
     "conversation": lambda s: conversation(23 + s),
     "wave": lambda s: wave(41 + s),
     "bursts": lambda s: bursts(61 + s),
+    "interruption": lambda s: interruption(81 + s),
 }
 FLEETS = {
     "batching": ServiceModel,

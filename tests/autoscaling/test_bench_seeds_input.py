@@ -101,3 +101,19 @@ def test_every_named_fleet_is_a_valid_service_profile() -> None:
     assert module.FLEETS["idle-floor"]().sm_active[0] == (0.0, 0.3)
     gentle = module.FLEETS["gentle-curve"]()
     assert gentle.p99_ms(0.556) == pytest.approx(40.0, abs=0.1)  # the SLO falls at 56 % utilisation
+
+
+def test_the_interruption_family_falls_once_and_comes_back() -> None:
+    """`--family interruption`: a held level that falls to 50-75 % of itself between minutes 10 and
+    40, stays there 10-20 minutes and comes back to the level at once (the family's docstring)."""
+    family = bench_module("autoscaling_seeds").FAMILIES["interruption"]
+    for seed in range(6):
+        rate = family(seed).trend
+        assert rate is not None
+        level = rate[0]
+        low = [t for t, r in enumerate(rate) if r < level]
+        start, end = low[0], low[-1] + 1
+        assert low == list(range(start, end)), seed  # one fall, one return
+        assert 600 <= start <= 2400 and 600 <= end - start <= 1200, seed
+        assert 0.5 <= rate[start] / level <= 0.75 and (rate[start:end] == rate[start]).all(), seed
+        assert (rate[:start] == level).all() and (rate[end:] == level).all(), seed

@@ -1,5 +1,7 @@
-"""The steps up the ramp lead reads, carried in the state, and the release's floor for the level they
-reached, kept until the down window has passed that level's last minute (`trend.held_step_level`)."""
+"""The levels a release keeps: those steps up reached (the ramp lead reads the steps and the state
+carries them), until the down window has passed the level's last minute (`trend.held_step_level`),
+and a level held for a whole down window that demand fell from at once, until the window has
+passed the fall (`trend.interrupted_level`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,14 @@ from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.observation import LatencyReading, MetricReading, Observation, PodSample, PodState
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.trend import MAX_STEPS, PEAK_HISTORY_SECONDS, Step, held_step_level, ramp_step
+from gem_operator.autoscaling.trend import (
+    MAX_STEPS,
+    PEAK_HISTORY_SECONDS,
+    Step,
+    held_step_level,
+    interrupted_level,
+    ramp_step,
+)
 
 SYNC = 15.0
 T0 = 100_020.0  # 20 s into a minute
@@ -126,23 +135,100 @@ def pool(n: int, sm: float, p99: float, now: float) -> Observation:
 @pytest.mark.parametrize(("steps", "lowest"), [pytest.param(True, 17, id="held"), pytest.param(False, 15, id="not")])
 def test_a_release_keeps_a_stepped_level_until_the_window_passes_its_last_minute(steps: bool, lowest: int) -> None:
     """A pool held at 20 by the down window (900 s), serving what 8 need, p99 well below the band.
-    Demand stepped 4.5 -> 10.2 (SM-active terms) 20 minutes ago, held that level until 3 minutes
-    ago, and fell back. The step itself is older than the down window, but its level's last minute
-    is inside it, as HPA's window keeps a peak for its length after the last reading at it: the
-    release keeps the 17 replicas the level needs at 0.6 for the ten minutes run here. Without the
-    step in the state the level is read as a swell, and the release goes to 15."""
+    Demand stepped 4.5 -> 10.2 (SM-active terms) 20 minutes ago, held that level for 15 minutes and
+    eased back over 4 minutes (each minute's peak less than `STEP_JUMP` below the one before, so
+    no interruption: `test_interrupted_level` below). The step itself is older than the down
+    window, but its level's last minute is inside it, as HPA's window keeps a peak for its length
+    after the last reading at it: the release keeps the 17 replicas the level needs at 0.6 for the
+    ten minutes run here. Without the step in the state the level is read as a swell, and the
+    release goes to 15."""
     s = spec(targetSmActive=0.6, stabilizationSeconds={"down": 900})
     minute = T0 - T0 % 60
-    peaks = [(minute - 1260 + 60 * i, 4.5 if i == 0 else 10.2) for i in range(18)]
-    peaks += [(minute - 120, 4.8), (minute - 60, 4.8)]
+    peaks = [(minute - 1260 + 60 * i, 4.5 if i == 0 else 10.2) for i in range(16)]
+    peaks += [(minute - 300 + 60 * i, p) for i, p in enumerate((8.5, 7.0, 5.8, 4.8, 4.8))]
     marked = ((minute - 1200 + 10, 4.5, 10.2),) if steps else ()
     state = ScalerState(
         recommendations=((T0 - 100, 20),), last_direction=-1, demand_peaks=tuple(peaks), demand_steps=marked
     )
+    counts = released_from_20(s, state)
+    assert min(counts) == lowest and counts == sorted(counts, reverse=True)
+
+
+def released_from_20(s: AutoscalingSpec, state: ScalerState) -> list[int]:
+    """The counts of 40 syncs (ten minutes) of a pool of 20 that serves what 8 need at 0.6, with its
+    p99 (19 ms) well below the band: what the release gives back, step by step."""
     n, counts = 20, []
     for i in range(40):
         now = T0 + SYNC * i
         d = desired_replicas(s, state, pool(n, 0.6 * 8 / n, 19.0, now), now, slo_p99_ms=SLO)
         state, n = d.state, d.desired_replicas
         counts.append(n)
+    return counts
+
+
+WINDOW = 900.0
+
+
+def minutes(*levels: tuple[int, float], start: float = 0.0) -> list[tuple[float, float]]:
+    """Minute peaks from (how many minutes, peak) runs, one minute apart from `start`."""
+    out: list[tuple[float, float]] = []
+    for count, peak in levels:
+        out += [(start + 60.0 * (len(out) + i), peak) for i in range(count)]
+    return out
+
+
+HELD = minutes((16, 10.0), (3, 6.0))  # 16 minutes at 10, a fall to 6 in minute 16
+FALL = 16 * 60.0
+
+
+@pytest.mark.parametrize(
+    ("peaks", "since", "level"),
+    [
+        pytest.param(HELD, FALL - WINDOW, 10.0, id="a-fall-from-a-level-held-a-whole-window"),
+        pytest.param(HELD, FALL - 1, 10.0, id="while-the-window-holds-the-fall"),
+        pytest.param(HELD, FALL, None, id="the-window-has-passed-the-fall"),
+        pytest.param(minutes((14, 10.0), (3, 6.0)), -1.0, None, id="a-level-held-less-than-the-window"),
+        pytest.param(minutes((16, 10.0), (3, 8.0)), -1.0, None, id="a-fall-of-less-than-step-jump"),
+        pytest.param(minutes((16, 10.0), (1, 6.0), (2, 10.0)), -1.0, None, id="one-low-minute-is-a-dip"),
+        pytest.param(minutes((16, 10.0), (1, 6.0), (1, 8.0)), -1.0, None, id="the-next-minute-not-as-low"),
+        pytest.param(minutes((16, 10.0), (1, 6.0)), -1.0, None, id="a-fall-the-next-minute-has-not-confirmed"),
+        pytest.param(minutes((16, 10.0), (1, 8.5), (1, 7.0), (2, 6.0)), -1.0, None, id="a-fall-over-minutes"),
+        pytest.param(
+            minutes((8, 10.0), (1, 8.0), (8, 10.0), (3, 6.0)), -1.0, 10.0, id="a-dip-short-of-the-fall-splits-nothing"
+        ),
+        pytest.param(
+            minutes((8, 10.0), (1, 5.0), (8, 10.0), (3, 6.0)), 9 * 60.0, None, id="a-deeper-dip-splits-the-level"
+        ),
+        pytest.param(
+            [*minutes((8, 10.0)), *minutes((8, 10.0), (3, 6.0), start=9 * 60.0)],
+            9 * 60.0,
+            None,
+            id="a-missing-minute-splits-the-level",
+        ),
+        pytest.param(minutes((6, 9.0), (5, 10.0), (6, 11.0), (3, 6.0)), -1.0, 10.0, id="the-levels-median-minute"),
+        pytest.param(minutes((16, 10.0), (3, 6.0), (16, 12.0), (3, 7.0)), -1.0, 12.0, id="the-higher-of-two"),
+    ],
+)
+def test_interrupted_level(peaks: list[tuple[float, float]], since: float, level: float | None) -> None:
+    assert interrupted_level(peaks, since, WINDOW) == level
+
+
+@pytest.mark.parametrize(
+    ("held_minutes", "lowest"),
+    [pytest.param(18, 17, id="held-a-whole-window"), pytest.param(10, 15, id="a-swell")],
+)
+def test_a_release_keeps_an_interrupted_level_until_the_window_passes_the_fall(held_minutes: int, lowest: int) -> None:
+    """A pool held at 20 by the down window (900 s), serving what 8 need, p99 well below the band.
+    Demand had held 10.2 (SM-active terms) for 18 minutes and fell to 4.8 two minutes ago, at once:
+    the load that left comes back as a step, and the release keeps the 17 replicas the level needs
+    at 0.6 for the ten minutes run here (the fall is inside the window for 13). A level reached
+    over minutes and held 10 is a swell, which the release gives back to 15 (no step up is in the
+    window or the state, so nothing else holds it)."""
+    s = spec(targetSmActive=0.6, stabilizationSeconds={"down": 900})
+    minute = T0 - T0 % 60
+    rise = [4.8 + 0.9 * i for i in range(1, 6)]  # 5.7 .. 8.4: each minute under STEP_JUMP above the last
+    levels = [4.8] * (20 - held_minutes - len(rise)) + rise + [10.2] * held_minutes + [4.8, 4.8]
+    peaks = [(minute - 60.0 * (len(levels) - i), level) for i, level in enumerate(levels)]
+    state = ScalerState(recommendations=((T0 - 100, 20),), last_direction=-1, demand_peaks=tuple(peaks))
+    counts = released_from_20(s, state)
     assert min(counts) == lowest and counts == sorted(counts, reverse=True)

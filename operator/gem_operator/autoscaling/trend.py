@@ -350,6 +350,31 @@ def held_step_level(peaks: Sequence[tuple[float, float]], steps: Sequence[Step],
     return level
 
 
+def interrupted_level(peaks: Sequence[tuple[float, float]], since: float, held_seconds: float) -> float | None:
+    """The level demand held for at least `held_seconds` before it stepped down in a minute after
+    `since` (None: no such fall). A fall is a minute whose peak, and the next minute's, are more
+    than `STEP_JUMP` below the minute before it (one low minute is a dip in the readings, not a
+    fall); the level is the median peak of the unbroken minutes before the fall that stayed that
+    far above it."""
+    level = None
+    for i in range(1, len(peaks) - 1):
+        (before, high), (minute, _), (after, _) = peaks[i - 1], peaks[i], peaks[i + 1]
+        low = max(peaks[i][1], peaks[i + 1][1])
+        if minute <= since or after - before > 2 * PEAK_BUCKET_SECONDS or high <= (1 + STEP_JUMP) * low:
+            continue
+        run = [high]
+        first = before
+        for earlier, peak in reversed(peaks[: i - 1]):
+            if first - earlier > PEAK_BUCKET_SECONDS or peak <= (1 + STEP_JUMP) * low:
+                break
+            run.append(peak)
+            first = earlier
+        if before + PEAK_BUCKET_SECONDS - first >= held_seconds:
+            held = sorted(run)[len(run) // 2]
+            level = held if level is None else max(level, held)
+    return level
+
+
 def _stepped_up(steps: Sequence[Step], now: float, found: Step | None) -> tuple[Step, ...]:
     """The steps of the last hour, with `found` if it is a step up."""
     kept = [s for s in steps if s[0] > now - PEAK_HISTORY_SECONDS]
@@ -495,6 +520,7 @@ __all__ = [
     "earlier_peak",
     "fitted_rise",
     "held_step_level",
+    "interrupted_level",
     "judged_skill",
     "learn_lead",
     "level_shift",
