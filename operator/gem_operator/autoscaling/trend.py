@@ -358,8 +358,8 @@ def interrupted_level(peaks: Sequence[tuple[float, float]], since: float, held_s
     far above it."""
     level = None
     for i in range(1, len(peaks) - 1):
-        (before, high), (minute, _), (after, _) = peaks[i - 1], peaks[i], peaks[i + 1]
-        low = max(peaks[i][1], peaks[i + 1][1])
+        (before, high), (minute, fell_to), (after, stayed_at) = peaks[i - 1], peaks[i], peaks[i + 1]
+        low = max(fell_to, stayed_at)
         if minute <= since or after - before > 2 * PEAK_BUCKET_SECONDS or high <= (1 + STEP_JUMP) * low:
             continue
         run = [high]

@@ -46,8 +46,8 @@ for a whole down window and the peaks of the next two minutes are both more than
 below it, the release keeps what that level needs until the window has passed the fall. A load
 that has held a level that long and leaves it within a minute has been interrupted (an upstream
 caller paused, a client fleet rolled back, a region drained for a deploy) more often than it has
-moved, and what left comes back as a step; HPA's window holds the level that long too, and the
-release met the return with a pod start. A level held for less (a burst, a swell), a fall over
+moved, and what left comes back as a step; HPA's window holds the level that long too, while a
+release meets the return with a pod start. A level held for less (a burst, a swell), a fall over
 minutes and one low minute (a dip in the readings) release as before. Measured
 (`bench/autoscaling_seeds.py --family interruption`, seeds 0-7 and 100-107, the fast-start and
 slow-start fleets and the sample service; 80 cases): worse than HPA on RPS at equal GPU-hours
