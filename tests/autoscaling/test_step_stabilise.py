@@ -62,3 +62,27 @@ def test_stabilise(
         assert out.recommendations == (*before.recommendations, *seed, (NOW, recorded))
     assert [r.text for r in out.reasons] == ([text] if text else [])
     assert all(r.step == "stabilisation" for r in out.reasons)
+
+
+RELEASED = "stabilised to {} (the p99 below the band {} the down window's peak of 20{})"
+FLOOR = "; a level demand stepped to or fell from needs {}"
+
+
+@pytest.mark.parametrize(
+    ("stepped", "want", "text"),
+    [
+        pytest.param(None, 18, RELEASED.format(18, "released", ""), id="released"),
+        pytest.param(19, 19, RELEASED.format(19, "released", FLOOR.format(19)), id="released-to-a-level"),
+        pytest.param(20, 20, RELEASED.format(20, "would release", " to 18" + FLOOR.format(20)), id="held-for-a-level"),
+        pytest.param(12, 18, RELEASED.format(18, "released", ""), id="a-level-below-the-release"),
+    ],
+)
+def test_a_release_says_what_it_gave_back_and_what_held_it(stepped: int | None, want: int, text: str) -> None:
+    """A pool of 20 held by the down window (a recommendation of 20 at 400 s, outside the ramp
+    lead's window) for a recommendation of 8; the p99 releases to 0.9 of the peak (18), and a level
+    a step reached or an interruption left keeps `stepped`. The message names both, so `kubectl
+    describe` says why a quiet pool keeps its replicas."""
+    spec = AutoscalingSpec.model_validate({"stabilizationSeconds": {"up": 0, "down": 900}})
+    out = stabilise(spec, seen(20, ((400, 20),)), rec(8), NOW, release=0.9, stepped=stepped)
+    assert out.replicas == want and out.released == (want < 20)
+    assert [r.text for r in out.reasons] == [text]

@@ -19,7 +19,10 @@ integral move on that p99: a p99 far below the band gives back more), never less
 of the ramp lead's window (`rampLead.windowSeconds`: demand that returns within it is what the
 ramp lead reads, and capacity given back takes a pod start to return) nor the recommendation. The
 window's older recommendations are cut to what it keeps, so the next sync does not restore them;
-the next release waits until the p99 has seen the smaller pool for a whole window.
+the next release waits until the p99 has seen the smaller pool for a whole window. The
+decision's stabilisation clause says what the release gave back and, where one of the levels
+below held it, what that level needs: a quiet pool that keeps its replicas is the first thing a
+platform engineer asks `kubectl describe` about.
 
 **A level a step reached is kept** (`stepped_floor`): a release never goes below what the highest
 level reached by a step needs at the effective target while the down window holds a minute of that
@@ -115,10 +118,18 @@ def stabilise(
     recs = (*seen.recommendations, *seed, (now, want if rec.steady is None else rec.steady))
     up_rec = min([n for t, n in recs if t > now - spec.stabilization_seconds.up] + [want])
     down_rec = max([n for t, n in recs if t > now - spec.stabilization_seconds.down] + [want])
-    released = False
+    released, why = False, ""
     if release is not None and down_rec > want:
         recent = max(n for t, n in recs if t > now - spec.ramp_lead.window_seconds)
-        kept = max(recent, ceil_(down_rec * release), stepped or 0)
+        by_p99 = max(recent, ceil_(down_rec * release))
+        kept = max(by_p99, stepped or 0)
+        floored = stepped is not None and stepped > by_p99
+        if kept < down_rec:
+            why = f" (the p99 below the band released the down window's peak of {down_rec}"
+        elif floored:
+            why = f" (the p99 below the band would release the down window's peak of {down_rec} to {by_p99}"
+        if why:
+            why += f"; a level demand stepped to or fell from needs {stepped})" if floored else ")"
         if kept < down_rec:
             down_rec = kept
             recs = tuple((t, min(n, kept)) for t, n in recs)
@@ -126,4 +137,5 @@ def stabilise(
     out = min(max(seen.current, up_rec), down_rec)
     if out == want:
         return Stabilised(out, recs, released=released)
-    return Stabilised(out, recs, (Reason("stabilisation", "Stabilised", f"stabilised to {out}"),), released)
+    text = f"stabilised to {out}{why}"
+    return Stabilised(out, recs, (Reason("stabilisation", "Stabilised", text),), released)
