@@ -86,3 +86,14 @@ def test_a_release_says_what_it_gave_back_and_what_held_it(stepped: int | None, 
     out = stabilise(spec, seen(20, ((400, 20),)), rec(8), NOW, release=0.9, stepped=stepped)
     assert out.replicas == want and out.released == (want < 20)
     assert [r.text for r in out.reasons] == [text]
+
+
+def test_a_release_with_nothing_to_give_back_says_nothing_of_it() -> None:
+    """The ramp lead's window (here 1,200 s) holds the down window's peak: the p99 releases nothing,
+    so a level that would have held the pool is not named either."""
+    spec = AutoscalingSpec.model_validate(
+        {"stabilizationSeconds": {"up": 0, "down": 900}, "rampLead": {"windowSeconds": 1200}}
+    )
+    out = stabilise(spec, seen(20, ((400, 20), (1000, 24))), rec(8), NOW, release=0.9, stepped=26)
+    assert out.replicas == 20 and not out.released
+    assert [r.text for r in out.reasons] == ["stabilised to 20"]

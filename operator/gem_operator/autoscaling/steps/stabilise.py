@@ -123,7 +123,7 @@ def stabilise(
         recent = max(n for t, n in recs if t > now - spec.ramp_lead.window_seconds)
         by_p99 = max(recent, ceil_(down_rec * release))
         kept = max(by_p99, stepped or 0)
-        floored = stepped is not None and stepped > by_p99
+        floored = stepped is not None and stepped > by_p99 and by_p99 < down_rec
         if kept < down_rec:
             why = f" (the p99 below the band released the down window's peak of {down_rec}"
         elif floored:
