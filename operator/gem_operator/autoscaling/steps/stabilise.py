@@ -126,14 +126,13 @@ def stabilise(
         floored = stepped is not None and stepped > by_p99 and by_p99 < down_rec
         if kept < down_rec:
             why = f" (the p99 below the band released the down window's peak of {down_rec}"
+            down_rec = kept
+            recs = tuple((t, min(n, kept)) for t, n in recs)
+            released = True
         elif floored:
             why = f" (the p99 below the band would release the down window's peak of {down_rec} to {by_p99}"
         if why:
             why += f"; a level demand stepped to or fell from needs {stepped})" if floored else ")"
-        if kept < down_rec:
-            down_rec = kept
-            recs = tuple((t, min(n, kept)) for t, n in recs)
-            released = True
     out = min(max(seen.current, up_rec), down_rec)
     if out == want:
         return Stabilised(out, recs, released=released)
