@@ -17,6 +17,10 @@ Trace families, each drawn with a seed (the shared trace is one real draw):
   seed sweep only.
 - `interruption`: a steady load that falls to 50-75 % for 10-20 minutes and comes back at once
   (`interruption`), for the seed sweep only.
+- `ramp`: a load that grows steadily for 20-40 minutes to 2.2-4x where it started, then holds
+  (`ramp`), for the seed sweep only.
+- `step`: a steady load that steps up by 30-80 % once and stays there (`step`), for the seed sweep
+  only.
 
 Synthetic traces are drawn for 1/USERS_SCALE of the users and scaled xUSERS_SCALE; in the
 independent scale mode their common trend is the known per-second rate.
@@ -200,6 +204,51 @@ def interruption(seed: int = 81) -> Scenario:
     rate[start:end] *= rng.uniform(0.5, 0.75)
     arrivals, trend = poisson_trace("interruption", rate, np.ones_like(rate), seed)
     return Scenario(f"interruption s{seed}", arrivals, trend, USERS_SCALE, False, None, "interruption", 3.0)
+
+
+RAMP_RATE = 2000.0  # requests/s at 1x of the ramp family (static peak >= 20 replicas)
+
+
+def ramp(seed: int = 101) -> Scenario:
+    """1 h of a load that grows steadily and then holds: 2,000/s x a level that rises linearly from
+    0.4-0.6 to 1.3-1.6 over 20-40 minutes, starting between minutes 5 and 15, with a +-5 % swing of
+    1-4 minutes on top (Poisson arrivals, unit cost).
+
+    A morning's rise compressed into half an hour: demand that keeps growing for many pod starts
+    and then stops growing. The ramp lead orders a lead ahead of it, HPA follows inside its
+    tolerance band; no other family rises for longer than a swell.
+    """
+    rng = np.random.default_rng(seed)
+    start, length = rng.uniform(300, 900), rng.uniform(1200, 2400)
+    low, high = rng.uniform(0.4, 0.6), rng.uniform(1.3, 1.6)
+    period = rng.uniform(60, 240)
+    t = np.arange(3600, dtype=float)
+    level = low + (high - low) * np.clip((t - start) / length, 0.0, 1.0)
+    rate = RAMP_RATE * level * (1 + 0.05 * np.sin(2 * np.pi * t / period))
+    arrivals, trend = poisson_trace("ramp", rate, np.ones_like(rate), seed)
+    name = f"ramp s{seed} ({low:.1f}x -> {high:.1f}x over {length / 60:.0f} min)"
+    return Scenario(name, arrivals, trend, USERS_SCALE, False, None, "ramp", 3.0)
+
+
+STEP_RATE = 1500.0  # requests/s before the step family's step (static peak >= 20 replicas)
+
+
+def step(seed: int = 121) -> Scenario:
+    """1 h of a steady 1,500/s that steps up by 30-80 % at a second drawn between minutes 10 and 40
+    and stays there (Poisson arrivals, unit cost).
+
+    A new level, not a burst: a client fleet onboarded, traffic shifted from another region. The
+    pool meets it a pod start late whatever it does; what differs is how soon it settles at the
+    new level and what it holds once there.
+    """
+    rng = np.random.default_rng(seed)
+    at, factor = int(rng.uniform(600, 2400)), rng.uniform(1.3, 1.8)
+    rate = np.full(3600, STEP_RATE)
+    rate[at:] *= factor
+    arrivals, trend = poisson_trace("step", rate, np.ones_like(rate), seed)
+    return Scenario(
+        f"step s{seed} (x{factor:.2f} at minute {at / 60:.0f})", arrivals, trend, USERS_SCALE, False, None, "step", 3.0
+    )
 
 
 def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> Scenario:

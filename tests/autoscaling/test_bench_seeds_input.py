@@ -117,3 +117,33 @@ def test_the_interruption_family_falls_once_and_comes_back() -> None:
         assert 600 <= start <= 2400 and 600 <= end - start <= 1200, seed
         assert 0.5 <= rate[start] / level <= 0.75 and (rate[start:end] == rate[start]).all(), seed
         assert (rate[:start] == level).all() and (rate[end:] == level).all(), seed
+
+
+def test_the_ramp_family_grows_steadily_then_holds() -> None:
+    """`--family ramp`: from 0.4-0.6x to 1.3-1.6x of 2,000/s, rising for 20-40 minutes from between
+    minutes 5 and 15, with a +-5 % swing on top (the family's docstring)."""
+    family, scenarios = bench_module("autoscaling_seeds").FAMILIES["ramp"], bench_module("autoscaling_scenarios")
+    for seed in range(6):
+        trend = family(seed).trend
+        assert trend is not None
+        x = trend * scenarios.USERS_SCALE / scenarios.RAMP_RATE  # the level, swing included
+        assert x[:300].min() >= 0.4 * 0.95 and x[:300].max() <= 0.6 * 1.05, seed  # before the rise
+        assert x[3300:].min() >= 1.3 * 0.95 and x[3300:].max() <= 1.6 * 1.05, seed  # held after it
+        five = x.reshape(12, 300).mean(axis=1)
+        assert (five[1:] >= five[:-1] * 0.97).all(), seed  # never falls, beyond the swing
+        rising = [m for m in range(1, 12) if five[m] > five[m - 1] * 1.04]
+        assert 4 <= len(rising) <= 9, seed  # 20-40 minutes of growth
+
+
+def test_the_step_family_steps_up_once_and_stays() -> None:
+    """`--family step`: 1,500/s that steps up by 30-80 % between minutes 10 and 40 and stays there."""
+    family, scenarios = bench_module("autoscaling_seeds").FAMILIES["step"], bench_module("autoscaling_scenarios")
+    for seed in range(6):
+        trend = family(seed).trend
+        assert trend is not None
+        level = scenarios.STEP_RATE / scenarios.USERS_SCALE
+        higher = [t for t, r in enumerate(trend) if r != level]
+        at = higher[0]
+        assert higher == list(range(at, 3600)), seed  # one step, never back
+        assert 600 <= at <= 2400 and 1.3 <= trend[at] / level <= 1.8, seed
+        assert (trend[at:] == trend[at]).all(), seed
