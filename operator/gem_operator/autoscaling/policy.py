@@ -44,8 +44,8 @@ read. Steps, in order:
    (120 s until measured). Only ever higher than the SM rule's; inside its tolerance band too
    (waiting for the band is what makes a ramp's replica late); the history restarts while the
    pool is overloaded, when demand jumps by more than half between two syncs, and when two levels
-   fit the window's demand far better than a line (a step, read whole or part in each of two
-   syncs), so a step is not read as a ramp. While demand is no higher than the highest
+   fit the window's demand far better than a line (a step, read whole or in part by up to two
+   syncs before it), so a step is not read as a ramp. While demand is no higher than the highest
    it read in the last hour before the fit's window, the line orders no farther than that earlier
    peak (a wave returns to its crest; a line through its rising half projects past it). Where
    one replica is more than `tolerance.up` of the pool, a line past a whole count by under 0.05
