@@ -21,7 +21,7 @@ the window holds the step, and orders a lead's worth of slope on a load that has
 which the down window keeps. So each sync the window's demand is also fitted with two levels: the
 mean before a split and the mean after it, where up to `MAX_PARTIAL_READINGS` readings that move in
 order from beyond every earlier one to short of every later one belong to neither (the partial
-readings of a step: the sync it landed in, and the next where the queue it built drains). Where
+readings of a step: the sync it landed in, and the next where it still shows only in part). Where
 the two levels leave under `TWO_LEVEL_FIT` of the line's squared residual, the demand stepped, and
 the fit restarts at the second level's first full reading. The earlier level needs
 `MIN_LEVEL_SYNCS` readings and the later two, so a spike is one reading and no level. A ramp, or a
@@ -35,10 +35,10 @@ through it ordered 22 replicas, where the pool now holds 19, and the down window
 (`bench/autoscaling_seeds.py --family step`, seed 6). A step read 5.81 -> 7.40 -> 8.81 in
 SM-active terms, each move under `LEVEL_SHIFT`: the line through it ordered 20 replicas for a level
 that 15 served at the target (`bench/autoscaling_seeds.py --family bursts`, seed 5 / independent),
-and the release gave the extra back by the next burst, which met 13. This replaces a test of two readings in a row a
-quarter of the new level off the one before: it missed that step (7.40 is 21 % off 5.81), and where
-it caught one it restarted at the partial reading, so the line through that reading and the new
-level rose again. Measured (`bench/autoscaling_seeds.py --family bursts`, seeds 0-7, 16 cases):
+and the release gave the extra back by the next burst, which met 13. This replaces a test of two
+readings in a row a quarter of the new level off the one before: it missed that step (7.40 is 21 %
+off 5.81), and where it caught one it restarted at the partial reading, so the line through that
+reading and the new level rose again. Measured (`bench/autoscaling_seeds.py --family bursts`, seeds 0-7, 16 cases):
 worse than HPA on RPS at equal GPU-hours 7 -> 3, over 1.05x RPS's GPU-hours at as few violation
 minutes 7 -> 5, violation minutes 47 -> 41; over 112 bursts cases (held-out seeds, the sample
 service, the slow-start and single-server fleets) 34 -> 26, 41 -> 29 and 417 -> 403; the bench's
@@ -149,7 +149,7 @@ LEVEL_SHIFT = 0.5
 TWO_LEVEL_FIT = 0.15
 """Two levels that leave less than this share of the line's squared residual: the demand stepped (the fit restarts)."""
 MAX_PARTIAL_READINGS = 2
-"""Readings a step may be read part in: the one it landed in, and the next where its queue drains into it."""
+"""Readings a step may be read part in: the sync it landed in, and the next where it still shows only in part."""
 MIN_LEVEL_SYNCS = 4
 """Readings of the earlier level before a step (a minute at the default 15 s sync): fewer are one reading's noise."""
 EXACT_FIT = 1e-12
@@ -300,7 +300,8 @@ def _line_residual(samples: Sequence[tuple[float, float]]) -> float | None:
 def partial_readings(earlier: Sequence[float], rest: Sequence[float]) -> int:
     """How many readings at the head of `rest` a step between the `earlier` level and the rest was
     read part in (at most `MAX_PARTIAL_READINGS`): readings that move in order from beyond every
-    earlier one to short of every later one."""
+    earlier one to short of every later one. The most such readings: a level fits no worse for
+    leaving one out."""
     for k in range(min(MAX_PARTIAL_READINGS, len(rest) - 1), 0, -1):
         head, later = rest[:k], rest[k:]
         steps = list(itertools.pairwise(head))
