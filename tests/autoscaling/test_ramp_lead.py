@@ -113,6 +113,10 @@ HALF_WAVE = [2.0 - 0.5 * float(np.cos(np.pi * i / 19)) for i in range(20)]
 # leaves them 13 % of a line's squared residual.
 NOISY_STEP = [7.07, 7.36, 6.89, 7.18, 7.45, 6.85, 7.18, 7.58, 7.12, 6.84, 7.68, 7.14, 7.95, 8.71]
 NOISY_STEP += [10.28, 9.7, 9.97, 9.94, 9.73, 9.77]
+# A 1.4x step read almost at once on a louder pool (`--family step`, seed 103 / duplicate): the old
+# level moves +-6 %, so the two levels leave 16-21 % of a line's squared residual, over 15 %.
+LOUD_STEP = [7.71, 7.34, 7.7, 6.54, 6.54, 6.95, 7.03, 7.1, 7.31, 8.02, 7.44, 6.77, 6.75, 7.01, 7.69, 7.0, 7.41]
+LOUD_STEP += [10.11, 10.31, 10.2]
 
 
 @pytest.mark.parametrize(
@@ -129,6 +133,7 @@ NOISY_STEP += [10.28, 9.7, 9.97, 9.94, 9.73, 9.77]
         pytest.param([3.0] * 8 + [2.7, 2.3, 2.0, 2.0], (10, 3.0, 2.0), id="a-step-down-read-over-two-syncs"),
         pytest.param([2.0] * 8 + [2.3, 2.7, 2.5, 3.0, 3.0], None, id="readings-out-of-order-are-not-partial"),
         pytest.param(NOISY_STEP, (14, 7.195, 9.898333), id="a-step-in-noise-read-over-two-syncs"),
+        pytest.param(LOUD_STEP, (18, 7.194706, 10.255), id="a-step-in-louder-noise"),
         pytest.param([3.0] * 8 + [2.0] * 3, (8, 3.0, 2.0), id="a-step-down"),
         pytest.param([2.0] * 10 + [3.0, 2.0], None, id="a-spike-that-returns"),
         pytest.param([2.0] * 10 + [3.0], None, id="a-spike-now"),
@@ -196,21 +201,29 @@ def test_a_step_read_over_two_syncs_is_not_a_ramp() -> None:
     assert 9.3 not in [u for _, u in history] and len(history) == 19  # restarted at 10.2, then the window filled
 
 
-def test_a_noisy_step_read_over_two_syncs_is_not_a_ramp() -> None:
-    """The step of `NOISY_STEP` (7.2 -> 9.9 in SM-active terms, read 7.95 and 8.71 on the way, on a
-    pool of 13 at a 0.6 target): once its new level has two full readings the fit restarts there,
-    so the lead orders nothing for a level that has stopped moving, and the window keeps no
-    reading of the step. The line through the step rose for as long as the window held it, and in
-    the replay ordered 21-22 replicas where the level needs 17."""
+@pytest.mark.parametrize(
+    ("readings", "level", "restart"),
+    [
+        pytest.param(NOISY_STEP + [9.8, 9.9, 9.85, 9.95] * 3, 9.5, 16, id="read-over-two-syncs"),
+        pytest.param(LOUD_STEP + [10.2, 10.3, 10.25, 10.2] * 3, 10.0, 19, id="in-louder-noise"),
+    ],
+)
+def test_a_noisy_step_is_not_a_ramp(readings: list[float], level: float, restart: int) -> None:
+    """The steps of `NOISY_STEP` (7.2 -> 9.9 in SM-active terms, read 7.95 and 8.71 on the way) and
+    `LOUD_STEP` (7.2 -> 10.2, one partial reading), on a pool of 13 at a 0.6 target: once the new
+    level has two full readings the fit restarts there, so the lead orders nothing for a level that
+    has stopped moving, and the window keeps no reading of the step. The line through the step rose
+    for as long as the window held it: in the replay it ordered 21-22 replicas where the level needs
+    17 (`NOISY_STEP`), and 23 where HPA on RPS held 19 (`LOUD_STEP`)."""
     s = spec()
     history: tuple[tuple[float, float], ...] = ()
     orders = []
-    for t, usage in enumerate(NOISY_STEP + [9.8, 9.9, 9.85, 9.95] * 3):
+    for t, usage in enumerate(readings):
         r = ramp_step(s, history, usage, 0.6, t * SYNC, lead_seconds=None, pending=None, serving=13, current=13)
         orders.append(r.recommendation or 0)
         history = r.usage
-    assert orders[16:] == [0] * (len(orders) - 16)
-    assert min(u for _, u in history) > 9.5
+    assert orders[restart:] == [0] * (len(orders) - restart)
+    assert min(u for _, u in history) > level
 
 
 @pytest.mark.parametrize(
