@@ -178,6 +178,9 @@ def minutes(*levels: tuple[int, float], start: float = 0.0) -> list[tuple[float,
 
 
 HELD = minutes((16, 10.0), (3, 6.0))  # 16 minutes at 10, a fall to 6 in minute 16
+# `bench/autoscaling_seeds.py --family interruption`, seed 500 (SM-active terms): a fall late in
+# minute 26 that the readings' rate window shows in part in minute 27.
+SEED_500 = minutes((25, 11.7), (1, 11.69), (1, 11.75), (1, 9.66), (1, 7.57), (1, 7.54), (1, 7.56))
 FALL = 16 * 60.0
 
 
@@ -187,12 +190,24 @@ FALL = 16 * 60.0
         pytest.param(HELD, FALL - WINDOW, 10.0, id="a-fall-from-a-level-held-a-whole-window"),
         pytest.param(HELD, FALL - 1, 10.0, id="while-the-window-holds-the-fall"),
         pytest.param(HELD, FALL, None, id="the-window-has-passed-the-fall"),
-        pytest.param(minutes((14, 10.0), (3, 6.0)), -1.0, None, id="a-level-held-less-than-the-window"),
+        pytest.param(minutes((2, 5.0), (14, 10.0), (3, 6.0)), -1.0, None, id="a-level-held-less-than-the-window"),
+        pytest.param(minutes((14, 10.0), (3, 6.0)), -1.0, 10.0, id="held-since-the-first-minute-remembered"),
         pytest.param(minutes((16, 10.0), (3, 8.0)), -1.0, None, id="a-fall-of-less-than-step-jump"),
         pytest.param(minutes((16, 10.0), (1, 6.0), (2, 10.0)), -1.0, None, id="one-low-minute-is-a-dip"),
         pytest.param(minutes((16, 10.0), (1, 6.0), (1, 8.0)), -1.0, None, id="the-next-minute-not-as-low"),
         pytest.param(minutes((16, 10.0), (1, 6.0)), -1.0, None, id="a-fall-the-next-minute-has-not-confirmed"),
         pytest.param(minutes((16, 10.0), (1, 8.5), (1, 7.0), (2, 6.0)), -1.0, None, id="a-fall-over-minutes"),
+        pytest.param(minutes((16, 10.0), (1, 7.5), (3, 6.0)), -1.0, 10.0, id="a-fall-read-in-part-in-one-minute"),
+        pytest.param(SEED_500, -1.0, 11.7, id="the-fall-of-interruption-seed-500"),
+        pytest.param(
+            minutes((16, 10.0), (1, 7.75), (1, 6.0), (2, 4.8)), -1.0, None, id="a-fall-in-part-that-goes-on-falling"
+        ),
+        pytest.param(
+            minutes((15, 10.0), (1, 8.5), (1, 7.5), (3, 6.0)),
+            -1.0,
+            None,
+            id="two-minutes-in-part-are-a-fall-over-minutes",
+        ),
         pytest.param(
             minutes((8, 10.0), (1, 8.0), (8, 10.0), (3, 6.0)), -1.0, 10.0, id="a-dip-short-of-the-fall-splits-nothing"
         ),

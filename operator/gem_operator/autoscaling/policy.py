@@ -72,8 +72,9 @@ read. Steps, in order:
    needs while the down window holds a minute of it (a minute whose peak demand is 30 % above
    the minute before's, while that minute is inside the window; a step up the ramp lead
    restarted its fit at, until the window has passed the level's last minute), nor below what a
-   level held for a whole down window needs while the window holds the minute demand fell from it
-   at once (an interruption): a load that steps returns as a step, faster than a pod starts.
+   level held for a whole down window (or since the first minute remembered) needs while the
+   window holds the minute demand fell from it at once, or with one minute read in part (an
+   interruption): a load that steps returns as a step, faster than a pod starts.
 5. **Rate policies:** per direction the most permissive listed policy applies, each measured
    against the replicas at the start of its period (recorded scale events).
 6. **Free GPUs:** scale-up is capped at `current + free_gpus // gpusPerReplica` (minus pods

@@ -163,6 +163,8 @@ STEP_JUMP = 0.3
 """A minute whose peak demand is this much above the minute before's was reached by a step."""
 MAX_STEPS = 32
 """Steps remembered at most (an hour of them; a load that steps more often than every two minutes is noise)."""
+PARTIAL_FLAT = 0.25
+"""A fall read in part in one minute: the minutes either side move less than this share of the fall."""
 MIN_SAMPLES = 8
 """A line through fewer syncs (2 minutes at the default 15 s sync) is noise, not a ramp."""
 MAX_LEAD_SECONDS = 1800.0
@@ -383,25 +385,50 @@ def interrupted_level(peaks: Sequence[tuple[float, float]], since: float, held_s
     """The level demand held for at least `held_seconds` before it stepped down in a minute after
     `since` (None: no such fall). A fall is a minute whose peak, and the next minute's, are more
     than `STEP_JUMP` below the minute before it (one low minute is a dip in the readings, not a
-    fall); the level is the median peak of the unbroken minutes before the fall that stayed that
-    far above it."""
+    fall), or below the minute before that where the minute between read the fall in part
+    (`fall_read_in_part`); the level is the median peak of the unbroken minutes before the fall
+    that stayed that far above it. A level held since the first minute remembered counts as held:
+    the pool was sized for it before (a pool's first down window, as a new pool's first count is
+    kept, `steps/stabilise.py`)."""
     level = None
     for i in range(1, len(peaks) - 1):
-        (before, high), (minute, fell_to), (after, stayed_at) = peaks[i - 1], peaks[i], peaks[i + 1]
+        (minute, fell_to), (after, stayed_at) = peaks[i], peaks[i + 1]
         low = max(fell_to, stayed_at)
-        if minute <= since or after - before > 2 * PEAK_BUCKET_SECONDS or high <= (1 + STEP_JUMP) * low:
+        last = i - 1 if peaks[i - 1][1] > (1 + STEP_JUMP) * low else fall_read_in_part(peaks, i)
+        if last is None:
+            continue
+        before, high = peaks[last]
+        if minute <= since or after - before > (i + 1 - last) * PEAK_BUCKET_SECONDS:
             continue
         run = [high]
         first = before
-        for earlier, peak in reversed(peaks[: i - 1]):
+        for earlier, peak in reversed(peaks[:last]):
             if first - earlier > PEAK_BUCKET_SECONDS or peak <= (1 + STEP_JUMP) * low:
                 break
             run.append(peak)
             first = earlier
-        if before + PEAK_BUCKET_SECONDS - first >= held_seconds:
+        if before + PEAK_BUCKET_SECONDS - first >= held_seconds or first == peaks[0][0]:
             held = sorted(run)[len(run) // 2]
             level = held if level is None else max(level, held)
     return level
+
+
+def fall_read_in_part(peaks: Sequence[tuple[float, float]], i: int) -> int | None:
+    """The index of the level's last minute where the minute before `i` read a fall only in part:
+    the SM readings average over their rate window, so a fall late in a minute shows in part in the
+    next. That minute lies between the level and the new one, the two minutes before it and the two
+    from `i` each move less than `PARTIAL_FLAT` of the fall (a fall over minutes moves every minute),
+    and the fall is more than `STEP_JUMP`. None: no such minute."""
+    if i < 3 or i + 1 >= len(peaks):
+        return None
+    (start, h3), (_, h2), (_, partial) = peaks[i - 3], peaks[i - 2], peaks[i - 1]
+    (_, fell_to), (end, stayed_at) = peaks[i], peaks[i + 1]
+    low = max(fell_to, stayed_at)
+    fall = h2 - low
+    if end - start > 4 * PEAK_BUCKET_SECONDS or not low < partial < h2 or h2 <= (1 + STEP_JUMP) * low:
+        return None
+    flat = abs(h3 - h2) < PARTIAL_FLAT * fall and abs(fell_to - stayed_at) < PARTIAL_FLAT * fall
+    return i - 2 if flat else None
 
 
 def _stepped_up(steps: Sequence[Step], now: float, found: Step | None) -> tuple[Step, ...]:
@@ -538,6 +565,7 @@ __all__ = [
     "MAX_STEPS",
     "MIN_LEVEL_SYNCS",
     "MIN_SAMPLES",
+    "PARTIAL_FLAT",
     "PEAK_BUCKET_SECONDS",
     "PEAK_HISTORY_SECONDS",
     "SKILL_WEIGHT",
@@ -548,6 +576,7 @@ __all__ = [
     "RampStep",
     "Step",
     "earlier_peak",
+    "fall_read_in_part",
     "fitted_rise",
     "held_step_level",
     "interrupted_level",
