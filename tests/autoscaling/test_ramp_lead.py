@@ -11,28 +11,30 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.levels import (
+    EXACT_FIT,
+    MAX_PARTIAL_READINGS,
+    MIN_LEVEL_SYNCS,
+    TWO_LEVEL_FIT,
+    level_shift,
+    second_level,
+    stepped_level,
+)
 from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample, PodState
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
 from gem_operator.autoscaling.trend import (
-    EXACT_FIT,
-    MAX_PARTIAL_READINGS,
     MAX_REALISED,
-    MIN_LEVEL_SYNCS,
     MIN_SAMPLES,
     PEAK_HISTORY_SECONDS,
     SKILL_WEIGHT,
     SLIVER_REPLICAS,
-    TWO_LEVEL_FIT,
     earlier_peak,
     fitted_rise,
     judged_skill,
     learn_lead,
-    level_shift,
     ramp_step,
     remember_peak,
-    second_level,
-    stepped_level,
     without_ramp_lead,
 )
 
@@ -149,7 +151,7 @@ def test_second_level(readings: list[float], split: tuple[int, float, float] | N
 
 
 def numpy_second_level(window: list[tuple[float, float]]) -> int | None:
-    """trend.second_level, computed by numpy: where two levels leave under TWO_LEVEL_FIT of the
+    """levels.second_level, computed by numpy: where two levels leave under TWO_LEVEL_FIT of the
     line's squared residual, the second's first reading past the ones between them (at most
     MAX_PARTIAL_READINGS, in order), if any."""
     n = len(window)
@@ -176,7 +178,7 @@ def numpy_second_level(window: list[tuple[float, float]]) -> int | None:
             )
     if not fits:
         return None
-    best = min(fits, key=lambda f: f[0])  # the first of equal fits, as trend.py keeps it
+    best = min(fits, key=lambda f: f[0])  # the first of equal fits, as levels.py keeps it
     return best[1] if best[0] < TWO_LEVEL_FIT * line else None
 
 

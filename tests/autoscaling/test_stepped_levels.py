@@ -1,7 +1,7 @@
 """The levels a release keeps: those steps up reached (the ramp lead reads the steps and the state
-carries them), until the down window has passed the level's last minute (`trend.held_step_level`),
+carries them), until the down window has passed the level's last minute (`levels.held_step_level`),
 and a level held for a whole down window that demand fell from at once, until the window has
-passed the fall (`trend.interrupted_level`)."""
+passed the fall (`levels.interrupted_level`)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,11 @@ from typing import Any
 import pytest
 
 from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.levels import Step, held_step_level, interrupted_level
 from gem_operator.autoscaling.observation import LatencyReading, MetricReading, Observation, PodSample, PodState
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.trend import (
-    MAX_STEPS,
-    PEAK_HISTORY_SECONDS,
-    Step,
-    held_step_level,
-    interrupted_level,
-    ramp_step,
-)
+from gem_operator.autoscaling.trend import MAX_STEPS, PEAK_HISTORY_SECONDS, ramp_step
 
 SYNC = 15.0
 T0 = 100_020.0  # 20 s into a minute

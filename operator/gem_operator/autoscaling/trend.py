@@ -15,48 +15,9 @@ extrapolates it as a slope and over-orders for the whole down window). So does a
 than half the demand between two syncs (`LEVEL_SHIFT`): a pool with headroom absorbs a flash crowd
 without queueing, and the jump is a new level, not a ramp.
 
-**Two levels are not a line.** A step smaller than `LEVEL_SHIFT`, or one that lands between two
-syncs and is read part in each, passes the jump test; the line through it then rises for as long as
-the window holds the step, and orders a lead's worth of slope on a load that has stopped moving,
-which the down window keeps. So each sync the window's demand is also fitted with two levels: the
-mean before a split and the mean after it, where up to `MAX_PARTIAL_READINGS` readings that move in
-order from beyond every earlier one to short of every later one belong to neither (the partial
-readings of a step: the sync it landed in, and the next where it still shows only in part). Where
-the two levels leave under `TWO_LEVEL_FIT` of the line's squared residual, the demand stepped, and
-the fit restarts at the second level's first full reading. The earlier level needs
-`MIN_LEVEL_SYNCS` readings and the later two, so a spike is one reading and no level. A ramp, or a
-wave's rising half, is a line or bends away from one smoothly: two levels fit a ramp worse than a
-line whatever its noise, and a half wave 4-8x worse; on white noise they leave under a fifth of its
-residual in 5-22 of 10,000 windows of 6-8 readings (at most 1 of 12, none of 16 or more). A step of
-D in the middle of n readings with noise s leaves a line about n D^2 / 16 more than the levels, so a
-fifth reads steps of about 8 s and more; a tenth needed 12 s and one partial reading, and missed a 1.3x step
-on a pool of 13 in duplicate mode, read 7.2 -> 7.95 -> 8.71 -> 9.9 in SM-active terms: the line
-through it ordered 22 replicas, where the pool now holds 19, and the down window kept them
-(`bench/autoscaling_seeds.py --family step`, seed 6). A step read 5.81 -> 7.40 -> 8.81 in
-SM-active terms, each move under `LEVEL_SHIFT`: the line through it ordered 20 replicas for a level
-that 15 served at the target (`bench/autoscaling_seeds.py --family bursts`, seed 5 / independent),
-and the release gave the extra back by the next burst, which met 13. This replaces a test of two
-readings in a row a quarter of the new level off the one before: it missed that step (7.40 is 21 %
-off 5.81), and where it caught one it restarted at the partial reading, so the line through that
-reading and the new level rose again. Measured (`bench/autoscaling_seeds.py --family bursts`, seeds 0-7, 16 cases):
-worse than HPA on RPS at equal GPU-hours 7 -> 3, over 1.05x RPS's GPU-hours at as few violation
-minutes 7 -> 5, violation minutes 47 -> 41; over 112 bursts cases (held-out seeds, the sample
-service, the slow-start and single-server fleets) 34 -> 26, 41 -> 29 and 417 -> 403; the bench's
-eight sweeps (234 cases) 21 -> 20, 6 -> 7 and 802 -> 797 (docs/benchmarks.md). Two partial
-readings and 15 % (2026-12-06): the step family (48 cases) worse 13 -> 9, dearer 9 -> 6; bursts
-(80 cases) worse 10 -> 6, dearer 28 -> 24; the eight sweeps line for line the same. A fifth
-(2026-12-06): a 1.4x step read at once, 7.2 -> 10.1, on a pool whose old level moved +-6 % left
-two levels 16-21 % of the line's residual, and the line ordered 23 replicas where HPA on RPS held
-19 (`--family step`, seed 103 / duplicate: 0.838 -> 0.793 of static GPU-hours). Over the
-step and ramp families (96 cases) worse 16 -> 15 and dearer 20 -> 18; bursts and interruption (160)
-dearer 35 -> 33; the eight sweeps and the held-out sweeps the same counts.
-
-**A step is remembered.** The steps up the fit restarts at, by a jump or by two levels, are kept
-for an hour with the levels either side (`RampStep.steps`, carried in the autoscaler's state), and
-the release keeps what such a level needs until the down window has passed its last minute
-(`held_step_level`, `steps/stabilise.py`). Read at sync resolution they are a finer test than a
-jump between two minutes' peaks: an overload is not read as one (the readings then show what the
-pods serve), nor is a noisy minute's peak.
+**Steps and falls are levels, not ramps** (`levels.py`): where two levels fit the window's demand
+far better than a line, the fit restarts at the second; the steps up it restarts at are kept for an
+hour (`RampStep.steps`) for the release (`steps/stabilise.py`).
 
 It acts inside the SM rule's tolerance band too: waiting for the band to be left is what makes a
 ramp's replica late. Measured (`bench/autoscaling_seeds.py`): on the one-hour Poisson ramps and
@@ -142,29 +103,15 @@ small pools only, 7 minutes and none.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.autoscaling.levels import PEAK_BUCKET_SECONDS, Step, least_squares, level_shift, second_level
 from gem_operator.autoscaling.signals import ceil_
 
-LEVEL_SHIFT = 0.5
-"""A change of more than half the demand between two syncs starts a new level (the fit restarts)."""
-TWO_LEVEL_FIT = 0.2
-"""Two levels that leave less than this share of the line's squared residual: the demand stepped (the fit restarts)."""
-MAX_PARTIAL_READINGS = 2
-"""Readings a step may be read part in: the sync it landed in, and the next where it still shows only in part."""
-MIN_LEVEL_SYNCS = 4
-"""Readings of the earlier level before a step (a minute at the default 15 s sync): fewer are one reading's noise."""
-EXACT_FIT = 1e-12
-"""A line whose squared residual is under this share of the readings' squares fits them exactly (no step)."""
-STEP_JUMP = 0.3
-"""A minute whose peak demand is this much above the minute before's was reached by a step."""
 MAX_STEPS = 32
 """Steps remembered at most (an hour of them; a load that steps more often than every two minutes is noise)."""
-PARTIAL_FLAT = 0.25
-"""A fall read in part in one minute: the minutes either side move less than this share of the fall."""
 MIN_SAMPLES = 8
 """A line through fewer syncs (2 minutes at the default 15 s sync) is noise, not a ramp."""
 MAX_LEAD_SECONDS = 1800.0
@@ -176,8 +123,6 @@ MAX_REALISED = 2.0
 """A forecast's realised share of its rise counts at most this (symmetric about 1: noise does not bias the skill)."""
 PEAK_HISTORY_SECONDS = 3600.0
 """How long the highest demand of each minute is remembered (the earlier peak the lead stops at)."""
-PEAK_BUCKET_SECONDS = 60.0
-"""One remembered peak per minute: an hour of them is 60 values in the carried state, not 240 syncs."""
 SLIVER_REPLICAS = 0.05
 """Where one replica is more than `tolerance.up` of the pool, a line past a whole count by less orders none."""
 MAX_FORECASTS = 256
@@ -185,8 +130,6 @@ MAX_FORECASTS = 256
 
 Forecast = tuple[float, float, float]
 """(when it comes due, the fitted demand when it was made, the demand it forecast)."""
-Step = tuple[float, float, float]
-"""(when a step's first full reading came, the level before it, the level after it): a step up in demand."""
 
 
 @dataclass(frozen=True)
@@ -205,22 +148,11 @@ class RampStep:
     steps: tuple[Step, ...] = ()  # the steps up read in the last hour (`held_step_level`)
 
 
-def _least_squares(samples: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
-    """(mean time, mean value, slope) of the least-squares line, or None when the times do not spread."""
-    n = len(samples)
-    mt = sum(t for t, _ in samples) / n
-    mu = sum(u for _, u in samples) / n
-    var = sum((t - mt) ** 2 for t, _ in samples)
-    if var <= 0:
-        return None
-    return mt, mu, sum((t - mt) * (u - mu) for t, u in samples) / var
-
-
 def fitted_rise(samples: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
     """(value of the least-squares line at `at`, its slope per second), or None if none can be fitted."""
     if len(samples) < MIN_SAMPLES:
         return None
-    line = _least_squares(samples)
+    line = least_squares(samples)
     if line is None:
         return None
     mt, mu, slope = line
@@ -275,160 +207,6 @@ def remember_peak(
 def earlier_peak(peaks: Sequence[tuple[float, float]], before: float) -> float | None:
     """The highest demand of the remembered minutes that ended by `before` (None: none did)."""
     return max((u for t, u in peaks if t + PEAK_BUCKET_SECONDS <= before), default=None)
-
-
-def level_shift(samples: Sequence[tuple[float, float]], usage: float) -> bool:
-    """True when demand moves by more than LEVEL_SHIFT of itself since the last sync: a new level
-    (a flash crowd's start or end, a step), not a ramp's next step. A ramp moves a few percent per
-    sync; a line through a jump the pool absorbs without queueing would project it onward."""
-    if not samples:
-        return False
-    last = samples[-1][1]
-    return abs(usage - last) > LEVEL_SHIFT * max(usage, last)
-
-
-def _squared_spread(values: Sequence[float]) -> float:
-    """Sum of squared deviations from the mean (0 for none)."""
-    if not values:
-        return 0.0
-    mean = sum(values) / len(values)
-    return sum((v - mean) ** 2 for v in values)
-
-
-def _line_residual(samples: Sequence[tuple[float, float]]) -> float | None:
-    """Sum of squared residuals about the least-squares line (None: the times do not spread)."""
-    line = _least_squares(samples)
-    if line is None:
-        return None
-    mt, mu, slope = line
-    return sum((u - mu - slope * (t - mt)) ** 2 for t, u in samples)
-
-
-def partial_readings(earlier: Sequence[float], rest: Sequence[float]) -> int:
-    """How many readings at the head of `rest` a step between the `earlier` level and the rest was
-    read part in (at most `MAX_PARTIAL_READINGS`): readings that move in order from beyond every
-    earlier one to short of every later one. The most such readings: a level fits no worse for
-    leaving one out."""
-    for k in range(min(MAX_PARTIAL_READINGS, len(rest) - 1), 0, -1):
-        head, later = rest[:k], rest[k:]
-        steps = list(itertools.pairwise(head))
-        rising = max(earlier) < head[0] and all(a < b for a, b in steps) and head[-1] < min(later)
-        falling = min(earlier) > head[0] and all(a > b for a, b in steps) and head[-1] > max(later)
-        if rising or falling:
-            return k
-    return 0
-
-
-def second_level(samples: Sequence[tuple[float, float]]) -> tuple[int, float, float] | None:
-    """(index of the second level's first full reading, the first level, the second) when two levels
-    fit `samples` far better than a line (a step, see the module docstring); None when they do not."""
-    n = len(samples)
-    if n < MIN_LEVEL_SYNCS + 2:
-        return None
-    line = _line_residual(samples)
-    values = [u for _, u in samples]
-    if line is None or line <= EXACT_FIT * sum(u * u for u in values):
-        return None  # a line through every reading leaves no step to find
-    best: tuple[float, int, int] | None = None  # (residual, split, start of the second level)
-    for split in range(MIN_LEVEL_SYNCS, n - 1):
-        earlier = values[:split]
-        start = split + partial_readings(earlier, values[split:])
-        if n - start < 2:
-            continue
-        residual = _squared_spread(earlier) + _squared_spread(values[start:])
-        if best is None or residual < best[0]:
-            best = (residual, split, start)
-    if best is None or best[0] >= TWO_LEVEL_FIT * line:
-        return None
-    _, split, start = best
-    return start, sum(values[:split]) / split, sum(values[start:]) / (n - start)
-
-
-def stepped_level(peaks: Sequence[tuple[float, float]], since: float) -> float | None:
-    """The highest level a step reached in the minutes after `since` (None: no step): of the
-    remembered minute peaks, one more than STEP_JUMP above the minute before it, with the minute
-    after it (a step that began late in a minute shows whole only in the next)."""
-    level = None
-    for i in range(1, len(peaks)):
-        (before, low), (minute, high) = peaks[i - 1], peaks[i]
-        if minute <= since or minute - before > PEAK_BUCKET_SECONDS or high <= (1 + STEP_JUMP) * low:
-            continue
-        reached = max(high, peaks[i + 1][1]) if i + 1 < len(peaks) else high
-        level = reached if level is None else max(level, reached)
-    return level
-
-
-def held_step_level(peaks: Sequence[tuple[float, float]], steps: Sequence[Step], since: float) -> float | None:
-    """The highest minute peak after `since` of a level a step reached and demand then held (None: none).
-
-    A step's level lasts from its minute for as long as each next minute's peak stays within half
-    the step of the level after it (above the midpoint of the two levels, and no farther above):
-    a fall back ends it, and so does a rise past it (demand has moved on to another level).
-    """
-    level = None
-    for at, before, after in steps:
-        half = (after - before) / 2
-        last = None
-        for minute, peak in peaks:
-            if minute + PEAK_BUCKET_SECONDS <= at:
-                continue
-            held = before + half <= peak <= after + half
-            if not held or (last is not None and minute - last > PEAK_BUCKET_SECONDS):
-                break
-            last = minute
-            if minute + PEAK_BUCKET_SECONDS > since:
-                level = peak if level is None else max(level, peak)
-    return level
-
-
-def interrupted_level(peaks: Sequence[tuple[float, float]], since: float, held_seconds: float) -> float | None:
-    """The level demand held for at least `held_seconds` before it stepped down in a minute after
-    `since` (None: no such fall). A fall is a minute whose peak, and the next minute's, are more
-    than `STEP_JUMP` below the minute before it (one low minute is a dip in the readings, not a
-    fall), or below the minute before that where the minute between read the fall in part
-    (`fall_read_in_part`); the level is the median peak of the unbroken minutes before the fall
-    that stayed that far above it. A level held since the first minute remembered counts as held:
-    the pool was sized for it before (a pool's first down window, as a new pool's first count is
-    kept, `steps/stabilise.py`)."""
-    level = None
-    for i in range(1, len(peaks) - 1):
-        (minute, fell_to), (after, stayed_at) = peaks[i], peaks[i + 1]
-        low = max(fell_to, stayed_at)
-        last = i - 1 if peaks[i - 1][1] > (1 + STEP_JUMP) * low else fall_read_in_part(peaks, i)
-        if last is None:
-            continue
-        before, high = peaks[last]
-        if minute <= since or after - before > (i + 1 - last) * PEAK_BUCKET_SECONDS:
-            continue
-        run = [high]
-        first = before
-        for earlier, peak in reversed(peaks[:last]):
-            if first - earlier > PEAK_BUCKET_SECONDS or peak <= (1 + STEP_JUMP) * low:
-                break
-            run.append(peak)
-            first = earlier
-        if before + PEAK_BUCKET_SECONDS - first >= held_seconds or first == peaks[0][0]:
-            held = sorted(run)[len(run) // 2]
-            level = held if level is None else max(level, held)
-    return level
-
-
-def fall_read_in_part(peaks: Sequence[tuple[float, float]], i: int) -> int | None:
-    """The index of the level's last minute where the minute before `i` read a fall only in part:
-    the SM readings average over their rate window, so a fall late in a minute shows in part in the
-    next. That minute lies between the level and the new one, the two minutes before it and the two
-    from `i` each move less than `PARTIAL_FLAT` of the fall (a fall over minutes moves every minute),
-    and the fall is more than `STEP_JUMP`. None: no such minute."""
-    if i < 3 or i + 1 >= len(peaks):
-        return None
-    (start, h3), (_, h2), (_, partial) = peaks[i - 3], peaks[i - 2], peaks[i - 1]
-    (_, fell_to), (end, stayed_at) = peaks[i], peaks[i + 1]
-    low = max(fell_to, stayed_at)
-    fall = h2 - low
-    if end - start > 4 * PEAK_BUCKET_SECONDS or not low < partial < h2 or h2 <= (1 + STEP_JUMP) * low:
-        return None
-    flat = abs(h3 - h2) < PARTIAL_FLAT * fall and abs(fell_to - stayed_at) < PARTIAL_FLAT * fall
-    return i - 2 if flat else None
 
 
 def _stepped_up(steps: Sequence[Step], now: float, found: Step | None) -> tuple[Step, ...]:
@@ -558,35 +336,19 @@ def without_ramp_lead(spec: AutoscalingSpec) -> AutoscalingSpec:
 
 
 __all__ = [
-    "EXACT_FIT",
-    "LEVEL_SHIFT",
-    "MAX_PARTIAL_READINGS",
     "MAX_REALISED",
     "MAX_STEPS",
-    "MIN_LEVEL_SYNCS",
     "MIN_SAMPLES",
-    "PARTIAL_FLAT",
-    "PEAK_BUCKET_SECONDS",
     "PEAK_HISTORY_SECONDS",
     "SKILL_WEIGHT",
     "SLIVER_REPLICAS",
-    "STEP_JUMP",
-    "TWO_LEVEL_FIT",
     "Forecast",
     "RampStep",
-    "Step",
     "earlier_peak",
-    "fall_read_in_part",
     "fitted_rise",
-    "held_step_level",
-    "interrupted_level",
     "judged_skill",
     "learn_lead",
-    "level_shift",
-    "partial_readings",
     "ramp_step",
     "remember_peak",
-    "second_level",
-    "stepped_level",
     "without_ramp_lead",
 ]

@@ -26,11 +26,11 @@ platform engineer asks `kubectl describe` about.
 
 **A level a step reached is kept** (`stepped_floor`): a release never goes below what the highest
 level reached by a step needs at the effective target while the down window holds a minute of that
-level. Two readings find such levels. A minute whose peak demand is `trend.STEP_JUMP` above the
-minute before it (`trend.stepped_level`) is kept while that minute is inside the window. A step up
+level. Two readings find such levels. A minute whose peak demand is `levels.STEP_JUMP` above the
+minute before it (`levels.stepped_level`) is kept while that minute is inside the window. A step up
 the ramp lead restarted its fit at (a jump, or two levels, read at sync resolution and carried in
 `ScalerState.demand_steps`) is kept until the window has passed the level's *last* minute
-(`trend.held_step_level`), as HPA's window keeps a peak for its length after the last reading at
+(`levels.held_step_level`), as HPA's window keeps a peak for its length after the last reading at
 it. A load that steps (a batch job that starts and stops) comes back as a step, faster than a pod
 starts, and what the release gave back meets it with a pod start; a load that swells back is what
 the ramp lead reads in time. HPA's own window keeps such a level too: the release only gives back
@@ -44,8 +44,8 @@ RPS holds them), the same 801 minutes. Keeping the ramp lead's steps to their la
 service) worse than RPS 17 -> 11, dearer 24 -> 27, violation minutes 303 -> 280; the eight sweeps
 unchanged (docs/benchmarks.md).
 
-**So is a level the load fell from at once** (`trend.interrupted_level`): where demand held a level
-for a whole down window and the peaks of the next two minutes are both more than `trend.STEP_JUMP`
+**So is a level the load fell from at once** (`levels.interrupted_level`): where demand held a level
+for a whole down window and the peaks of the next two minutes are both more than `levels.STEP_JUMP`
 below it, the release keeps what that level needs until the window has passed the fall. A load
 that has held a level that long and leaves it within a minute has been interrupted (an upstream
 caller paused, a client fleet rolled back, a region drained for a deploy) more often than it has
@@ -57,7 +57,7 @@ slow-start fleets and the sample service; 80 cases): worse than HPA on RPS at eq
 21 -> 8, violation minutes 242 -> 193 (RPS 174), over 1.05x RPS's GPU-hours at as few violation
 minutes 6 -> 11 (a level held for a load that stayed down); the bench's eight sweeps (234 cases)
 and the held-out sweeps (80) the same, line for line (docs/benchmarks.md). A fall the readings'
-rate window shows in part in one minute is one fall (`trend.fall_read_in_part`), and a level held
+rate window shows in part in one minute is one fall (`levels.fall_read_in_part`), and a level held
 since the first minute the pool remembers counts as held, as a new pool's first count is kept:
 at seeds 500-503 (8 cases) worse 4 -> 0, violation minutes 17 -> 6 (RPS 6); the 80 cases above
 worse 7 -> 3, 192 -> 170 minutes (RPS at equal GPU-hours 174.0 -> 179.1), dearer 11 -> 11.
@@ -69,10 +69,11 @@ from dataclasses import dataclass
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import Reason
+from gem_operator.autoscaling.levels import held_step_level, interrupted_level, stepped_level
 from gem_operator.autoscaling.signals import ceil_
 from gem_operator.autoscaling.steps.observe import Observed
 from gem_operator.autoscaling.steps.recommend import Recommendation
-from gem_operator.autoscaling.trend import RampStep, held_step_level, interrupted_level, stepped_level
+from gem_operator.autoscaling.trend import RampStep
 
 
 @dataclass(frozen=True)
