@@ -19,9 +19,12 @@ peaks, an hour).
 
 The floor is declared, not learned: the pool's readings alone cannot tell an idle floor from load
 (each reading is `idle + work / pods`, and the load moves with every scale event that would
-separate the two). Measure it once: the SM active of a Ready pod with the model loaded and no
-traffic. Measured (`bench/autoscaling_seeds.py --model 'sm_active=[[0,0.3],[1,0.75]]' --set
-autoscaling.targetSmActive=0.55`, docs/benchmarks.md): see "An SM curve with an idle floor".
+separate the two: estimated from the policy's own scale events, it reads the floor on a smooth
+hour and scatters from -1.5 to 1.7 on waves and conversation hours, where a release lags the load;
+docs/benchmarks.md, "Learning the floor from scale events"). Measure it once: the SM active of a
+Ready pod with the model loaded and no traffic. Measured (`bench/autoscaling_seeds.py --model
+'sm_active=[[0,0.3],[1,0.75]]' --set autoscaling.targetSmActive=0.55`, docs/benchmarks.md): see "An
+SM curve with an idle floor".
 """
 
 from __future__ import annotations
