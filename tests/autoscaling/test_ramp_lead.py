@@ -587,6 +587,22 @@ def test_just_past_an_earlier_peak_the_line_leads_no_farther_than_demand_has_pas
     assert step.peaks[-1] == (NOW - NOW % 60, usage)
 
 
+def test_the_earlier_peak_is_what_arrived_not_what_the_pods_drained() -> None:
+    """A minute whose pods drained a backlog read 4.0 in SM-active terms where 3.3 arrived: the lead
+    stops at the 3.3 that arrived (7 replicas at 0.5), as it stops at any earlier level; read in the
+    minute peaks of what the pods served, the 4.0 let the line lead to its own 3.62 (8)."""
+    history, usage, served = wave_return(4.0)
+    arrived = ((served[0][0], 3.3),)
+
+    pool: dict[str, Any] = {"lead_seconds": None, "pending": None, "serving": 5, "current": 5, "peaks": served}
+
+    def lead(arrived_peaks: tuple[tuple[float, float], ...] | None) -> int | None:
+        return ramp_step(spec(), history, usage, 0.5, NOW, arrived=arrived_peaks, **pool).recommendation
+
+    assert lead(arrived) == 7
+    assert lead(None) == 8  # a state from before the arrival peaks: read in the served peaks
+
+
 def test_a_peak_inside_the_fit_window_does_not_cap_it() -> None:
     history, usage = rising(20)
     inside = ((NOW - 120.0 - NOW % 60, 3.3),)  # a minute within the last 300 s: part of the rise itself

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -552,6 +553,38 @@ def test_a_draining_backlog_orders_no_capacity_beyond_the_arrivals() -> None:
     growing = ScalerState(queue=(NOW - 15, 0.5), backlog=(NOW - 15, 10.0))
     d2 = desired_replicas(s, growing, queued_obs(0.95, 1.0, 20), NOW)
     assert d2.desired_replicas > 20
+
+
+def test_a_draining_backlog_is_remembered_as_what_arrives_not_as_the_drain() -> None:
+    """The ramp lead's earlier peak is read in the minute peaks of what arrives: while pods drain a
+    backlog, SM active reads the drain too. A pool that caught up with a crowd's first minutes read
+    16.4 in SM-active terms where 13.3 arrived, and the remembered 16.4 let the lead order 28
+    replicas at every crest of the wave after it, where 23 served (`bench/autoscaling_seeds.py
+    --family wave`, seed 600). The levels a release keeps still read what the pods served."""
+    s = spec(targetSmActive=0.5)
+    # As above: 20 pods at 0.95 draining 200 -> 20 pod-seconds in 15 s, arrivals 7.6.
+    state = ScalerState(queue=(NOW - 15, 10.0), backlog=(NOW - 15, 200.0))
+    d = desired_replicas(s, state, queued_obs(0.95, 1.0, 20), NOW)
+    minute = NOW - NOW % 60
+    assert d.state.arrival_peaks == ((minute, pytest.approx(19 * (1 - 180 / (15 * 20)))),)
+    assert d.state.demand_peaks[-1][1] > 19  # SM usage, with the queue's excess
+    # The next sync, the queue empty: SM active still reads the last seconds of the drain
+    # (20 pod-seconds in 15 s of 20 pods), so what arrived is again below it.
+    d2 = desired_replicas(s, d.state, queued_obs(0.5, 0.0, 20, now=NOW + 15), NOW + 15)
+    assert d2.state.arrival_peaks[-1][1] == pytest.approx(max(7.6, 10 * (1 - 20 / (15 * 20))))
+    # No backlog, now or at the last sync: SM usage is what arrives.
+    d3 = desired_replicas(s, d2.state, queued_obs(0.4, 0.0, 20, now=NOW + 75), NOW + 75)
+    assert d3.state.arrival_peaks[-1] == ((NOW + 75) - (NOW + 75) % 60, pytest.approx(8.0))
+    assert d3.state.demand_peaks[-1] == d3.state.arrival_peaks[-1]
+    back = ScalerState.from_dict(json.loads(json.dumps(d3.state.to_dict())))
+    assert back == d3.state
+
+
+def test_a_state_from_before_the_arrival_peaks_reads_its_earlier_peak_in_the_demand_peaks() -> None:
+    s = spec(targetSmActive=0.5)
+    earlier = ((NOW - 600.0, 4.0),)
+    d = desired_replicas(s, ScalerState(demand_peaks=earlier), queued_obs(0.4, 0.0, 20), NOW)
+    assert d.state.arrival_peaks == (*earlier, (NOW - NOW % 60, pytest.approx(8.0)))
 
 
 def partly_reported(sm: float, queue_s: float, ready: int, reporting: int, pending: int, now: float) -> Observation:

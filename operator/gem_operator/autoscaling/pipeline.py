@@ -106,6 +106,7 @@ def conclude(
         ramp_forecasts=ramp.forecasts,
         ramp_skill=ramp.skill,
         demand_peaks=ramp.peaks,
+        arrival_peaks=ramp.arrived,
         demand_steps=ramp.steps,
         scale_up_pending=(now, desired) if desired > current and ramp.pending is None else ramp.pending,
         slo_last_release=now if stable.released else state.slo_last_release,

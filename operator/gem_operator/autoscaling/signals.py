@@ -44,6 +44,9 @@ class Signal:
     overloaded: bool = False  # queued work or saturated SM: demand beyond what the pods serve
     backlog: tuple[float, float] | None = None  # (now, total queued pod-seconds) to remember
     usage: float | None = None  # Ready pods' SM usage with the queue's excess: demand in SM-active terms
+    # What arrives in SM-active terms while there is, or just was, a backlog: SM usage then reads
+    # the drain too. None: no backlog, or no queue reading to measure one (`usage` is what arrives).
+    arrivals: float | None = None
 
     @property
     def message(self) -> str:
@@ -204,6 +207,7 @@ def recommend_sm(
         steady = None
         if m.backlog is not None and (m.had_backlog or reason == "CapacityPending"):
             steady = min(want, ceil_(m.arrivals / target))
+        arrivals = m.arrivals if m.backlog is not None and m.had_backlog else None
         reasons = tuple(Reason("sm", reason, t) for t in texts)
         return Signal(
             want,
@@ -216,6 +220,7 @@ def recommend_sm(
             overloaded=m.overloaded,
             steady=steady,
             usage=usage,
+            arrivals=arrivals,
         )
 
     avg = usage / m.fresh

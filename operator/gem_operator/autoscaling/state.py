@@ -56,6 +56,8 @@ class ScalerState:
         farther than the earlier peak while demand is at or below it.
     demand_steps: (time, level before, level after) of the steps up the ramp lead read in the last
         hour: a release keeps what such a level needs until the down window has passed its last minute.
+    arrival_peaks: (minute, highest arrivals read in it) for the last hour: as `demand_peaks`, but
+        while pods drain a backlog what arrives, not what they serve; the ramp lead's earlier peak.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -84,6 +86,7 @@ class ScalerState:
     ramp_skill: float | None = None
     demand_peaks: tuple[tuple[float, float], ...] = ()
     demand_steps: tuple[tuple[float, float, float], ...] = ()
+    arrival_peaks: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -119,6 +122,8 @@ class ScalerState:
             out["demandPeaks"] = [[t, u] for t, u in self.demand_peaks]
         if self.demand_steps:
             out["demandSteps"] = [list(step) for step in self.demand_steps]
+        if self.arrival_peaks:
+            out["arrivalPeaks"] = [[t, u] for t, u in self.arrival_peaks]
         return out
 
     @classmethod
@@ -163,6 +168,7 @@ class ScalerState:
                 ramp_skill=_opt(data.get("rampSkill")),
                 demand_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("demandPeaks", [])),
                 demand_steps=tuple((_finite(t), _finite(b), _finite(a)) for t, b, a in data.get("demandSteps", [])),
+                arrival_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("arrivalPeaks", [])),
             )
         except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: int(inf)
             return cls()

@@ -121,6 +121,8 @@ def read_signals(
         skill=state.ramp_skill,
         peaks=state.demand_peaks,
         steps=state.demand_steps,
+        arrivals=sig.arrivals,
+        arrived=state.arrival_peaks if state.arrival_peaks or not state.demand_peaks else None,
     )
     if ramp.recommendation is not None and sig.recommendation is not None:
         values["rampLead"] = float(ramp.recommendation)
