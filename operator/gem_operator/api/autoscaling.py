@@ -458,7 +458,8 @@ class RampLead(ApiModel):
     so raise `windowSeconds` to lead farther. While demand reads at or below the highest demand of
     the last hour before the window, the line orders no farther than that earlier peak: a load
     returning to a level it has reached is a wave, and a line through its rising half projects past
-    the crest. A new high gets the full lead.
+    the crest. A new high gets the full lead. While pods drain a backlog, that peak is what arrived
+    (the queue's change says how much), not what the pods served.
     """
 
     enabled: bool = Field(default=True, description="Turn the ramp lead on.")

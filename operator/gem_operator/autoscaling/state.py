@@ -52,12 +52,13 @@ class ScalerState:
         forecasts awaiting their time.
     ramp_skill: the share of the ramp lead's forecast rises that came true, a running mean (None:
         none judged yet).
-    demand_peaks: (minute, highest demand read in it) for the last hour: the ramp lead leads no
-        farther than the earlier peak while demand is at or below it.
+    demand_peaks: (minute, highest demand read in it) for the last hour: the levels a release keeps
+        (`levels.py`) are read in them.
     demand_steps: (time, level before, level after) of the steps up the ramp lead read in the last
         hour: a release keeps what such a level needs until the down window has passed its last minute.
     arrival_peaks: (minute, highest arrivals read in it) for the last hour: as `demand_peaks`, but
-        while pods drain a backlog what arrives, not what they serve; the ramp lead's earlier peak.
+        while pods drain a backlog what arrives, not what they serve; the ramp lead leads no farther
+        than the earlier peak of these while demand is at or below it.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
