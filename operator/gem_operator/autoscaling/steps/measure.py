@@ -122,8 +122,8 @@ def read_signals(
         peaks=state.demand_peaks,
         steps=state.demand_steps,
         arrivals=sig.arrivals,
-        # A state carried from before the arrival peaks reads its earlier peak in the demand peaks.
-        arrived=state.arrival_peaks if state.arrival_peaks or not state.demand_peaks else None,
+        # None (a state carried from before the arrival peaks): read in the demand peaks.
+        arrived=state.arrival_peaks or None,
     )
     if ramp.recommendation is not None and sig.recommendation is not None:
         values["rampLead"] = float(ramp.recommendation)
