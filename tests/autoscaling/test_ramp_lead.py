@@ -730,6 +730,9 @@ def test_learned_lead_is_kept_in_state() -> None:
         {"rampSkill": "inf"},
         {"demandPeaks": [[1.0]]},
         {"demandPeaks": [[1.0, "nan"]]},
+        {"arrivalPeaks": [[1.0]]},
+        {"arrivalPeaks": [[1.0, "inf"]]},
+        {"arrivalPeaks": "x"},
     ],
 )
 def test_malformed_ramp_state_is_forgotten(bad: dict[str, Any]) -> None:
