@@ -203,6 +203,7 @@ def test_min_max_bounds() -> None:
         (obs([None] * 5), "MetricsMissing"),
         (obs([0.01] * 5, age=61), "MetricsStale"),
         (obs([], loading=5), "NoReadyPods"),
+        (obs([45.0] * 5), "MetricsOutOfRange"),  # a percentage where SM active is a fraction
     ],
 )
 def test_hold_on_missing_or_stale_metrics(observation: Observation, reason: str) -> None:
@@ -212,6 +213,23 @@ def test_hold_on_missing_or_stale_metrics(observation: Observation, reason: str)
     assert cond(d, SCALING_ACTIVE)[0] == "False"
     assert "holding at 5" in d.message
     assert d.state.recommendations == ()  # a hold is not a recommendation
+
+
+def test_a_percentage_for_sm_active_names_the_query_and_the_fix() -> None:
+    """GPU utilisation in percent in SM active's place would read 45 % as 75x the target and order
+    maxReplicas; the pool holds and says which field to change."""
+    d = desired_replicas(spec(), ScalerState(), obs([45.0, 52.5, 38.0]), NOW)
+    assert d.desired_replicas == 3
+    problem = d.condition(METRICS_UNAVAILABLE)
+    assert (problem.status, problem.reason) == ("True", "MetricsOutOfRange")
+    assert "p0 reads 45" in problem.message
+    assert "spec.autoscaling.metrics.prometheus.query" in problem.message and "divide" in problem.message
+    # A pod past 1 beside pods in range is a pod without a sample: the others still size the pool.
+    d = desired_replicas(spec(), ScalerState(), obs([0.95, 0.95, 45.0]), NOW)
+    assert d.desired_replicas > 3 and d.condition(METRICS_UNAVAILABLE).status == "False"
+    # A little past 1 (a sampled counter's jitter) is still a reading of a busy pod.
+    d = desired_replicas(spec(), ScalerState(), obs([1.04] * 3), NOW)
+    assert d.desired_replicas > 3 and d.condition(METRICS_UNAVAILABLE).status == "False"
 
 
 def test_staleness_follows_the_spec() -> None:

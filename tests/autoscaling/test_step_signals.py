@@ -55,6 +55,7 @@ HOLD_CASES: list[Any] = [
     pytest.param(pool([], loading=2), "NoReadyPods", "NoReadyPods", id="no-ready-pods"),
     pytest.param(pool([None, None]), "MetricsUnavailable", "MetricsMissing", id="no-samples"),
     pytest.param(pool([0.5, 0.5], age=600), "MetricsUnavailable", "MetricsStale", id="stale"),
+    pytest.param(pool([45.0, 60.0]), "MetricsUnavailable", "MetricsOutOfRange", id="percent-not-fraction"),
 ]
 
 
@@ -64,6 +65,13 @@ def test_unusable_readings_hold(obs: Observation, reason: str, metrics_reason: s
     assert isinstance(measured, Signal)
     assert (measured.recommendation, measured.reason, measured.metrics_reason) == (None, reason, metrics_reason)
     assert recommend_sm(SPEC, measured, 0.9, 0.3) is measured  # a hold passes through any target
+
+
+def test_the_plain_hpa_ratio_reads_any_metric() -> None:
+    """The HPA baselines feed requests/s per pod (`saturation` None): a value past 1 is a reading."""
+    measured = measure_sm(SPEC, pool([3.0] * 4), NOW, None)
+    assert isinstance(measured, SmMeasurement) and measured.metric_value == 3.0
+    assert recommend_sm(SPEC, measured, None, 2.0).recommendation == 6
 
 
 # (observation, target, up tolerance, want replicas, reason, clauses)

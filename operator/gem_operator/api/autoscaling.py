@@ -136,7 +136,10 @@ class PrometheusSource(ApiModel):
         default=DEFAULT_SM_QUERY,
         min_length=1,
         max_length=4096,
-        description="PromQL returning SM active (0-1) per pod; $namespace and $pods are substituted.",
+        description=(
+            "PromQL returning SM active (0-1) per pod; $namespace and $pods are substituted. A value above 1 "
+            "(a percentage) holds the pool with MetricsUnavailable, reason MetricsOutOfRange."
+        ),
     )
     headers: dict[str, Annotated[str, Field(max_length=1024, description="The header's value.")]] | None = Field(
         default=None,

@@ -21,6 +21,14 @@ SATURATED_SM_ACTIVE = 0.9
 
 EPS = 1e-9
 
+# SM active is the fraction of the SMs busy. A reading a little past 1 (a sampled counter's jitter)
+# is a busy pod and counts as it reads; one past this is another metric in SM active's place, most
+# often a utilisation in percent, and taken as a fraction 45 % reads 75x the target.
+SM_ACTIVE_MAX = 1.5
+# Queued seconds per pod are read up to a day: past that a reading says only that the pool is far
+# behind (it already orders maxReplicas), and the products of a larger one overflow a float.
+QUEUE_SECONDS_MAX = 86_400.0
+
 
 def ceil_(x: float) -> int:
     """ceil that ignores float noise: 0.6 * 10 / 0.6 is 10, not 11."""
@@ -92,10 +100,17 @@ class SmMeasurement:
 
 
 def fresh_samples(
-    spec: AutoscalingSpec, obs: Observation, reading: MetricReading, serving: list[str], now: float
+    spec: AutoscalingSpec,
+    obs: Observation,
+    reading: MetricReading,
+    serving: list[str],
+    now: float,
+    fraction: bool = True,
 ) -> dict[str, PodSample] | Signal:
     """The finite samples of the serving pods younger than `staleAfterSeconds`, or the hold that
-    says why there are none (source error, no replicas, no Ready pod, no sample, all stale)."""
+    says why there are none (source error, no replicas, no Ready pod, no sample, none that is a
+    fraction, all stale). `fraction`: the reading is SM active, so a value past `SM_ACTIVE_MAX` is
+    not a sample (False for the plain HPA ratio, which the baselines feed requests/s)."""
     if reading.error is not None:
         return _hold("MetricsUnavailable", f"metric source failed: {reading.error}", reading.error, "SourceError")
     if not serving and not obs.pods and obs.current_replicas == 0:
@@ -106,15 +121,27 @@ def fresh_samples(
     stale_after = spec.metrics.stale_after_seconds
     fresh: dict[str, PodSample] = {}
     newest: float | None = None
+    past_one: tuple[str, float] | None = None
     for pod in serving:
         sample = reading.samples.get(pod)
         if sample is None or not math.isfinite(sample.value):
+            continue
+        if fraction and sample.value > SM_ACTIVE_MAX:
+            past_one = past_one or (pod, sample.value)
             continue
         newest = sample.timestamp if newest is None else max(newest, sample.timestamp)
         if now - sample.timestamp <= stale_after:
             fresh[pod] = sample
     if fresh:
         return fresh
+    if past_one is not None:
+        pod, value = past_one
+        msg = (
+            f"SM active must be a fraction in [0, 1], but pod {pod} reads {value:g}: "
+            "spec.autoscaling.metrics.prometheus.query returns another metric or a percentage "
+            "(query DCGM_FI_PROF_SM_ACTIVE, a fraction, or divide a percentage by 100)"
+        )
+        return _hold("MetricsUnavailable", msg, msg, "MetricsOutOfRange")
     if newest is None:
         msg = f"no samples for the {len(serving)} Ready pods"
         return _hold("MetricsUnavailable", msg, msg, "MetricsMissing")
@@ -134,7 +161,7 @@ def measure_sm(
     """Measure the reading (`obs.metrics` unless `reading`, e.g. the panic window's samples), or
     say why it cannot be used: a Signal that holds (recommendation None)."""
     serving = [p.name for p in obs.pods if p.serving]
-    fresh = fresh_samples(spec, obs, obs.metrics if reading is None else reading, serving, now)
+    fresh = fresh_samples(spec, obs, obs.metrics if reading is None else reading, serving, now, saturation is not None)
     if isinstance(fresh, Signal):
         return fresh
     stale_after = spec.metrics.stale_after_seconds
@@ -270,7 +297,8 @@ def recommend_sm(
 def fresh_queue(
     reading: MetricReading | None, fresh: Mapping[str, PodSample], now: float, stale_after: float
 ) -> dict[str, float]:
-    """Queued seconds of work per pod, for pods with a fresh SM sample and a fresh, positive queue sample."""
+    """Queued seconds of work per pod (at most `QUEUE_SECONDS_MAX`), for pods with a fresh SM sample
+    and a fresh, positive queue sample."""
     if reading is None or reading.error is not None:
         return {}
     out: dict[str, float] = {}
@@ -279,5 +307,5 @@ def fresh_queue(
         if sample is None or not math.isfinite(sample.value) or sample.value <= 0:
             continue
         if now - sample.timestamp <= stale_after:
-            out[pod] = sample.value
+            out[pod] = min(sample.value, QUEUE_SECONDS_MAX)
     return out

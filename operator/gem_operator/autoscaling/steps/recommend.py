@@ -11,6 +11,7 @@ is a hold at the current count (`MetricsUnavailable`), never a scale-down.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -56,8 +57,10 @@ def queue_signals(spec: PrecomputeAutoscalingSpec, pre: PrecomputeSignals, ready
             QueueSignal("backlog", ceil_(pre.backlog / per), "Backlog", f"backlog {pre.backlog} / {per} per replica")
         )
     age = pre.oldest_item_age_seconds
-    if age is not None and (pre.backlog is None or pre.backlog > 0):
-        n = ceil_(max(ready, 1) * age / (spec.deadline_seconds / 2))
+    if age is not None and math.isfinite(age) and (pre.backlog is None or pre.backlog > 0):
+        # Past maxReplicas deadlines' halves the count is maxReplicas anyway; a larger age overflows.
+        halves = min(max(age, 0.0) / (spec.deadline_seconds / 2), float(spec.max_replicas))
+        n = ceil_(max(ready, 1) * halves)
         out.append(
             QueueSignal("deadline", n, "Deadline", f"oldest item {age:.0f}s vs deadline {spec.deadline_seconds}s")
         )
