@@ -180,6 +180,26 @@ async def test_prometheus_source_and_policy_end_to_end(
         assert d.condition(METRICS_UNAVAILABLE).reason == "SourceError"
 
 
+async def test_a_query_in_percent_holds_and_names_the_field(
+    exporter: Exporter, prometheus: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    """The usual slip: SM active written as a percentage. Read as a fraction, 45 % orders maxReplicas."""
+    url, _ = prometheus
+    query = '100 * avg by (namespace, pod) (DCGM_FI_PROF_SM_ACTIVE{namespace="$namespace", pod=~"$pods"})'
+    spec = AutoscalingSpec.model_validate(
+        {"targetSmActive": 0.6, "maxReplicas": 40, "metrics": {"prometheus": {"url": url, "query": query}}}
+    )
+    source = PrometheusSmActiveSource.from_spec(spec.metrics.prometheus, timeout_seconds=2)
+    exporter.set(0.45)
+    reading = await wait_for(source, lambda r: len(r.samples) == 4)
+    assert all(abs(s.value - 45.0) < 1e-6 for s in reading.samples.values())
+    d = desired_replicas(spec, ScalerState(), observe(reading), time.time())
+    assert d.desired_replicas == 4
+    problem = d.condition(METRICS_UNAVAILABLE)
+    assert (problem.status, problem.reason) == ("True", "MetricsOutOfRange")
+    assert "reads 45" in problem.message and "spec.autoscaling.metrics.prometheus.query" in problem.message
+
+
 async def test_stopped_exporter_goes_stale_not_zero(
     exporter: Exporter, prometheus: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
