@@ -549,16 +549,28 @@ def test_main_reports_bad_input(tmp_path: Path, service: Path, capsys: pytest.Ca
     assert main(["--trace", str(step_trace(tmp_path)), "--service", str(service), "--profile", str(prof)]) == 0
 
 
-@pytest.mark.parametrize(("target", "level"), [(1e-6, 300.0), (0.6, 5e9)])
+@pytest.mark.parametrize(("target", "level"), [(0.030001, 300.0), (0.6, 5e9)])
 def test_a_static_pool_too_large_to_simulate_is_an_error_not_a_memory_error(target: float, level: float) -> None:
-    """A tiny targetSmActive (valid: > 0) or a huge --scale sized the static peak pool, which maxReplicas
-    does not cap, at billions of replicas: a MemoryError. Now an error that says which knob to turn."""
+    """A targetSmActive just above an idle pod's SM active (a sliver of a pod's work) or a huge --scale
+    sized the static peak pool, which maxReplicas does not cap, at billions of replicas: a
+    MemoryError. Now an error that says which knob to turn."""
     spec = RankingServiceSpec.model_validate(
         {"model": {"uri": "s3://m/r"}, "autoscaling": {"maxReplicas": 4, "targetSmActive": target}}
     )
     load = np.full(120, level)
     with pytest.raises(TraceError, match=r"would need [\d,]+ replicas .* takes at most 1,000,000: lower --scale"):
         simulate(LoadSeries(cost=load, requests=load), spec, ServiceModel())
+
+
+@pytest.mark.parametrize(("target", "idle"), [(1e-6, 0.03), (0.4, 0.5), (0.5, 0.5)])
+def test_a_target_no_load_reaches_names_the_target_and_the_profile(target: float, idle: float) -> None:
+    """At or below the SM active an idle pod shows, no load per replica shows the target: the pools
+    were sized at a vanishing share of a replica (the error said only "would need 10^16 replicas")."""
+    spec = RankingServiceSpec.model_validate({"model": {"uri": "s3://m/r"}, "autoscaling": {"targetSmActive": target}})
+    load = np.full(120, 300.0)
+    model = ServiceModel(sm_active=((0.0, idle), (1.0, 0.95)))
+    with pytest.raises(TraceError, match=rf"targetSmActive {target} is at or below .* \({idle:g} at zero load"):
+        simulate(LoadSeries(cost=load, requests=load), spec, model)
 
 
 def test_plot_from_simulate(tmp_path: Path) -> None:

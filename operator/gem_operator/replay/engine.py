@@ -83,7 +83,7 @@ from gem_operator.replay.report import (
     ReplayReport,
     most_in_an_hour,
 )
-from gem_operator.replay.service_model import Pool, ServiceModel, weighted_quantile
+from gem_operator.replay.service_model import Pool, ServiceModel, interpolate, weighted_quantile
 from gem_operator.replay.traces import (
     TREND_SECONDS,
     Arrivals,
@@ -250,6 +250,15 @@ def simulate(
     minutes = max(1, math.ceil(seconds / 60))
     cost = load.cost.tolist()
     reqs = load.requests.tolist()
+    idle_sm = interpolate(model.sm_active, 0.0)
+    if a.target_sm_active <= idle_sm:
+        # No load per replica shows the target, so every pool would be sized at a vanishing share of one.
+        raise TraceError(
+            f"{trace}: spec.autoscaling.targetSmActive {a.target_sm_active} is at or below the SM active "
+            f"of an idle pod in the service profile ({idle_sm:g} at zero load, its sm_active curve): no "
+            f"load reaches the target; raise the target above {idle_sm:g} (and set metrics.smActiveIdle "
+            "to it), or check the profile"
+        )
     target_util = model.utilisation_for_sm(a.target_sm_active)
     per_replica_at_target = target_util * model.throughput_per_replica
     # Peak minute of load, sized at the target utilisation.
