@@ -211,7 +211,9 @@ def resimulate(path: Path, args: argparse.Namespace, need_rps: float, work: Path
         trace, start, scale = segment_of(name, args, need_rps, work)
         segment = cut_segment(trace, start, report["duration_seconds"] / 60.0, scale)
         startup = float(report["service_model"]["pod_start_seconds"])
-        static_n = int(report["baselines"]["static_peak"]["peak_replicas"])
+        # A run of the policy pool alone (--pools policy) has no static pool: the size its replay was given.
+        ran = report["baselines"].get("static_peak") or report["simulated"]["baselines"]["static_peak"]
+        static_n = int(ran["peak_replicas"])
         sims = simulate_segment(segment, SERVICE, spec, 16, startup, static_n, work / f"resim-{name}")
         for latency, key in SIMULATED.items():
             report[key] = sims[latency].to_dict(timeline=False)
@@ -230,7 +232,12 @@ def main() -> int:
     ap.add_argument("--peak-replicas", type=int, default=12)
     ap.add_argument("--json", type=Path, help="write every report here")
     ap.add_argument("--work-dir", type=Path, default=None)
-    ap.add_argument("--resimulate", type=Path, help="a saved --json run: recompute only the fluid model's figures")
+    ap.add_argument(
+        "--resimulate",
+        type=Path,
+        help="a saved --json run: recompute only the fluid model's figures (give the flags it ran with: "
+        "--minutes, --peak-replicas and --start-minute rebuild its segments)",
+    )
     args = ap.parse_args()
 
     import signal
