@@ -137,8 +137,9 @@ class PrometheusSource(ApiModel):
         min_length=1,
         max_length=4096,
         description=(
-            "PromQL returning SM active (0-1) per pod; $namespace and $pods are substituted. A value above 1 "
-            "(a percentage) holds the pool with MetricsUnavailable, reason MetricsOutOfRange."
+            "PromQL returning SM active (0-1) per pod; $namespace and $pods are substituted. A pod reading "
+            "above 1.5 (a percentage) has no sample, and with none left the pool holds with MetricsUnavailable, "
+            "reason MetricsOutOfRange."
         ),
     )
     headers: dict[str, Annotated[str, Field(max_length=1024, description="The header's value.")]] | None = Field(

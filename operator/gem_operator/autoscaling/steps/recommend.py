@@ -58,7 +58,7 @@ def queue_signals(spec: PrecomputeAutoscalingSpec, pre: PrecomputeSignals, ready
         )
     age = pre.oldest_item_age_seconds
     if age is not None and math.isfinite(age) and (pre.backlog is None or pre.backlog > 0):
-        # Past maxReplicas deadlines' halves the count is maxReplicas anyway; a larger age overflows.
+        # maxReplicas half-deadlines of age already order maxReplicas; counting past that overflows a float.
         halves = min(max(age, 0.0) / (spec.deadline_seconds / 2), float(spec.max_replicas))
         n = ceil_(max(ready, 1) * halves)
         out.append(
