@@ -216,6 +216,21 @@ def static_pool(peak_need: int, min_replicas: int, given: int | None) -> tuple[i
     return peak_need, "peak load"
 
 
+def target_utilisation(target: float, model: ServiceModel, trace: str) -> float:
+    """The utilisation at which a pod of `model` shows SM active `target`. TraceError where no load
+    shows it: at or below an idle pod's SM active, every pool would be sized at a vanishing share
+    of a replica."""
+    idle_sm = interpolate(model.sm_active, 0.0)
+    if target <= idle_sm:
+        raise TraceError(
+            f"{trace}: spec.autoscaling.targetSmActive {target} is at or below the SM active of an idle "
+            f"pod in the service profile ({idle_sm:g} at zero load, its sm_active curve): no load reaches "
+            f"the target; raise the target above {idle_sm:g} (and set metrics.smActiveIdle to it), or "
+            "check the profile"
+        )
+    return model.utilisation_for_sm(target)
+
+
 def simulate(
     load: LoadSeries,
     spec: RankingServiceSpec,
@@ -250,16 +265,7 @@ def simulate(
     minutes = max(1, math.ceil(seconds / 60))
     cost = load.cost.tolist()
     reqs = load.requests.tolist()
-    idle_sm = interpolate(model.sm_active, 0.0)
-    if a.target_sm_active <= idle_sm:
-        # No load per replica shows the target, so every pool would be sized at a vanishing share of one.
-        raise TraceError(
-            f"{trace}: spec.autoscaling.targetSmActive {a.target_sm_active} is at or below the SM active "
-            f"of an idle pod in the service profile ({idle_sm:g} at zero load, its sm_active curve): no "
-            f"load reaches the target; raise the target above {idle_sm:g} (and set metrics.smActiveIdle "
-            "to it), or check the profile"
-        )
-    target_util = model.utilisation_for_sm(a.target_sm_active)
+    target_util = target_utilisation(a.target_sm_active, model, trace)
     per_replica_at_target = target_util * model.throughput_per_replica
     # Peak minute of load, sized at the target utilisation.
     minute_load = [sum(cost[m * 60 : (m + 1) * 60]) / len(cost[m * 60 : (m + 1) * 60]) for m in range(minutes)]
@@ -556,6 +562,7 @@ __all__ = [
     "run_replay",
     "simulate",
     "static_pool",
+    "target_utilisation",
     "to_series",
     "warmup_minutes",
 ]
