@@ -128,6 +128,14 @@ def test_profile_replaces_defaults(tmp_path: Path) -> None:
         ('{"throughput_per_replica": "fast"}', "must be a number"),
         ('{"sm_active": [[0, 1], [0, 2]]}', "x values must increase"),
         ('{"sm_active": [[0, 1], [1]]}', "sm_active[1]"),
+        # Python's JSON reads NaN and Infinity: a NaN x crashed the replay (IndexError), a NaN or
+        # infinite y, an SM active past 1 or falling with load sized its pools at nonsense.
+        ('{"sm_active": [[0, 0.03], [NaN, 0.95]]}', "sm_active[1]: expected [x, y] finite numbers"),
+        ('{"latency_p99_ms": [[0, 10], [1, Infinity]]}', "latency_p99_ms[1]: expected [x, y] finite"),
+        ('{"sm_active": [[0, 0.03], [1, 40]]}', "SM active is a fraction (0-1) that does not fall"),
+        ('{"sm_active": [[0, 0.95], [1, 0.03]]}', "SM active is a fraction (0-1) that does not fall"),
+        ('{"latency_p99_ms": [[0, -10], [1, 5]]}', "y must not be negative; got -10"),
+        ('{"sm_active": [[0, 0.03], [100, 0.95]]}', "x is a utilisation, from 0 to 1; got 0 to 100"),
         ("[1, 2]", "JSON object"),
     ],
 )

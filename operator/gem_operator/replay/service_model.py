@@ -123,7 +123,7 @@ class ServiceModel:
         updates: dict[str, Any] = {}
         for key, value in raw.items():
             if key in _CURVES:
-                updates[key] = _curve(value, f"{where}: {key}")
+                updates[key] = _curve(value, f"{where}: {key}", key)
             else:
                 if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                     raise ProfileError(f"{where}: {key} must be a number, got {value!r}")
@@ -156,7 +156,11 @@ _ABOVE_ZERO = {
 }
 
 
-def _curve(value: Any, where: str) -> Curve:
+def _curve(value: Any, where: str, key: str = "") -> Curve:
+    """A profile's curve, checked as the replay reads it: x is a utilisation (0-1), y finite, SM
+    active a fraction that does not fall as load grows (the replay inverts it), and latency and
+    CPU not negative. Python's JSON reads NaN and Infinity, which compared as nothing and crashed
+    the replay or sized its pools at nonsense."""
     if not isinstance(value, Sequence) or isinstance(value, str) or len(value) < 2:
         raise ProfileError(f"{where}: a curve is a list of at least two [x, y] pairs")
     points: list[tuple[float, float]] = []
@@ -165,12 +169,19 @@ def _curve(value: Any, where: str) -> Curve:
             not isinstance(item, Sequence)
             or isinstance(item, str)
             or len(item) != 2
-            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in item)
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in item)
         ):
-            raise ProfileError(f"{where}[{i}]: expected [x, y] numbers, got {item!r}")
+            raise ProfileError(f"{where}[{i}]: expected [x, y] finite numbers, got {item!r}")
         points.append((float(item[0]), float(item[1])))
     if any(b[0] <= a[0] for a, b in itertools.pairwise(points)):
         raise ProfileError(f"{where}: x values must increase strictly")
+    if points[0][0] < 0 or points[-1][0] > 1:
+        raise ProfileError(f"{where}: x is a utilisation, from 0 to 1; got {points[0][0]:g} to {points[-1][0]:g}")
+    ys = [y for _, y in points]
+    if key == "sm_active" and (min(ys) < 0 or max(ys) > 1 or any(b < a for a, b in itertools.pairwise(ys))):
+        raise ProfileError(f"{where}: SM active is a fraction (0-1) that does not fall as load grows; got {ys}")
+    if min(ys) < 0:
+        raise ProfileError(f"{where}: y must not be negative; got {min(ys):g}")
     return tuple(points)
 
 
