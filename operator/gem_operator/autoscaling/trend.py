@@ -302,17 +302,16 @@ def ramp_step(
         elapsed = now - history[-1][0] if history else 0.0
         waiting, skill = judged_skill(waiting, skill, usage, now, elapsed=max(0.0, elapsed), half_life=window)
     marked = _stepped_up(steps, now, found)
+    no_lead = RampStep(
+        None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour, steps=marked, arrived=came
+    )
     if not rl.enabled or usage is None:
-        return RampStep(
-            None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour, steps=marked, arrived=came
-        )
+        return no_lead
     full = rl.lead_seconds if lead is None else lead
     ahead = min(full, kept[-1][0] - kept[0][0])  # never farther ahead than the samples reach back
     fit = fitted_rise(kept, now + ahead)
     if fit is None or fit[1] <= 0:
-        return RampStep(
-            None, kept, lead, pending, forecasts=waiting, skill=skill, peaks=hour, steps=marked, arrived=came
-        )
+        return no_lead
     projected, slope = fit
     level = projected - slope * ahead  # the line at this sync
     waiting = (*waiting, (now + ahead, level, projected))[-MAX_FORECASTS:]
