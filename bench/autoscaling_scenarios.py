@@ -21,6 +21,10 @@ Trace families, each drawn with a seed (the shared trace is one real draw):
   (`ramp`), for the seed sweep only.
 - `step`: a steady load that steps up by 30-80 % once and stays there (`step`), for the seed sweep
   only.
+- `decline`: a load that falls gradually by 45-65 % over 20-40 minutes and stays there
+  (`decline`), for the seed sweep only.
+- `walk`: a load whose minute rate drifts as a random walk, 0.5-2x its mean (`walk`), for the
+  seed sweep only.
 
 Synthetic traces are drawn for 1/USERS_SCALE of the users and scaled xUSERS_SCALE; in the
 independent scale mode their common trend is the known per-second rate.
@@ -249,6 +253,48 @@ def step(seed: int = 121) -> Scenario:
     return Scenario(
         f"step s{seed} (x{factor:.2f} at minute {at / 60:.0f})", arrivals, trend, USERS_SCALE, False, None, "step", 3.0
     )
+
+
+DECLINE_RATE = 2600.0  # requests/s before the decline family's fall (static peak >= 20 replicas)
+
+
+def decline(seed: int = 141) -> Scenario:
+    """1 h of a steady 2,600/s that falls linearly to 35-55 % of it over 20-40 minutes, starting
+    between minutes 5 and 15, and stays there (Poisson arrivals, unit cost).
+
+    An evening's fall compressed into half an hour: the ramp family run backwards. What it judges
+    is how soon a pool gives back what the load no longer needs, pod by pod, where HPA follows the
+    fall a down window late; no other family falls for longer than a swing.
+    """
+    rng = np.random.default_rng(seed)
+    start, length, floor = rng.uniform(300, 900), rng.uniform(1200, 2400), rng.uniform(0.35, 0.55)
+    t = np.arange(3600, dtype=float)
+    rate = DECLINE_RATE * (1 - (1 - floor) * np.clip((t - start) / length, 0.0, 1.0))
+    arrivals, trend = poisson_trace("decline", rate, np.ones_like(rate), seed)
+    name = f"decline s{seed} (to {floor:.2f}x over {length / 60:.0f} min)"
+    return Scenario(name, arrivals, trend, USERS_SCALE, False, None, "decline", 3.0)
+
+
+WALK_RATE = 2000.0  # mean requests/s of the walk family (static peak >= 20 replicas)
+WALK_STEP = 0.07  # spread of the log rate's change from one minute to the next
+
+
+def walk(seed: int = 161) -> Scenario:
+    """1 h of a drifting load: the minute rate is a geometric random walk (log steps of spread
+    `WALK_STEP`), scaled to a mean of 2,000/s, held within 0.5-2x of it and interpolated per second
+    (Poisson arrivals, unit cost).
+
+    Neither a swing nor a ramp: the drift has no period to learn and no trend to keep, so a lead
+    fitted to the last minutes is as often wrong as right. It judges a policy on a load it cannot
+    predict, where every family above has a shape.
+    """
+    rng = np.random.default_rng(seed)
+    level = np.exp(np.cumsum(rng.normal(0.0, WALK_STEP, 61)))
+    level = np.clip(level / level.mean(), 0.5, 2.0)
+    t = np.arange(3600, dtype=float)
+    rate = WALK_RATE * np.interp(t / 60.0, np.arange(61, dtype=float), level)
+    arrivals, trend = poisson_trace("walk", rate, np.ones_like(rate), seed)
+    return Scenario(f"walk s{seed}", arrivals, trend, USERS_SCALE, False, None, "walk", 3.0)
 
 
 def shared_trace(model: ServiceModel, spec: RankingServiceSpec) -> Scenario:

@@ -1,7 +1,7 @@
 """Seed sweep: the autoscaling policy against HPA on RPS at equal GPU-hours over other draws of traffic.
 
 Run:  python bench/autoscaling_seeds.py [--seeds 0:16]
-          [--family poisson-hour|conversation|wave|bursts|interruption|ramp|step]
+          [--family poisson-hour|conversation|wave|bursts|interruption|ramp|step|decline|walk]
           [--fleet batching|single-server|slow-start|fast-start|idle-floor|steep-knee|gentle-curve]
           [--shared] [--azure-conversation] [--without-ramp-lead]
           [--service MANIFEST.yaml] [--max-replicas N] [--set KEY=VALUE ...] [--model KEY=VALUE ...]
@@ -10,7 +10,8 @@ Run:  python bench/autoscaling_seeds.py [--seeds 0:16]
 easy; this runs one one-hour family (`--family`: the Poisson swing with a 3x flash crowd at minute
 40, the smooth conversation hour, a periodic wave of 5-30 minutes, batch bursts of 2-5 minutes on a
 steady load, a steady load interrupted for 10-20 minutes, a load that grows for 20-40 minutes and
-then holds, or a steady load that steps up once and stays) for every seed of `--seeds`,
+then holds, a steady load that steps up once and stays, one that falls for 20-40 minutes and stays,
+or one whose minute rate drifts as a random walk) for every seed of `--seeds`,
 in both scale modes, and for each case compares the policy with HPA on RPS in both directions, as
 the main bench does: its SLO-violation minutes after warm-up against RPS at the policy's GPU-hours (RPS re-run at lower
 utilisation targets and interpolated), and its GPU-hours against RPS at as few violation minutes
@@ -69,11 +70,13 @@ from autoscaling_scenarios import (
     azure_conversation,
     bursts,
     conversation,
+    decline,
     interruption,
     poisson_hour,
     ramp,
     shared_trace,
     step,
+    walk,
     wave,
 )
 from autoscaling_verdicts import (
@@ -104,6 +107,8 @@ FAMILIES = {
     "interruption": lambda s: interruption(81 + s),
     "ramp": lambda s: ramp(101 + s),
     "step": lambda s: step(121 + s),
+    "decline": lambda s: decline(141 + s),
+    "walk": lambda s: walk(161 + s),
 }
 FLEETS = {
     "batching": ServiceModel,

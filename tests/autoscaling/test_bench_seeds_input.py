@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gem_operator.replay.service_model import ServiceModel
@@ -147,3 +148,38 @@ def test_the_step_family_steps_up_once_and_stays() -> None:
         assert higher == list(range(at, 3600)), seed  # one step, never back
         assert 600 <= at <= 2400 and 1.3 <= trend[at] / level <= 1.8, seed
         assert (trend[at:] == trend[at]).all(), seed
+
+
+def test_the_decline_family_falls_gradually_once_and_stays() -> None:
+    """`--family decline`: 2,600/s that falls linearly to 35-55 % of it over 20-40 minutes, from
+    between minutes 5 and 15, and stays there (the family's docstring)."""
+    family, scenarios = bench_module("autoscaling_seeds").FAMILIES["decline"], bench_module("autoscaling_scenarios")
+    for seed in range(6):
+        trend = family(seed).trend
+        assert trend is not None
+        x = trend * scenarios.USERS_SCALE / scenarios.DECLINE_RATE
+        falling = [t for t in range(1, 3600) if x[t] < x[t - 1]]
+        start, end = falling[0] - 1, falling[-1] + 1
+        assert falling == list(range(start + 1, end)), seed  # one fall, never back up
+        assert 300 <= start <= 900 and 1200 - 2 <= end - start <= 2400 + 2, seed
+        assert (x[: start + 1] == 1.0).all() and 0.35 <= x[-1] <= 0.55 and (x[end:] == x[-1]).all(), seed
+        per_second = np.diff(x[start:end])[1:-1]  # the first and last seconds fall by a part of a second's share
+        assert np.allclose(per_second, per_second[0]), seed  # linear, no step
+
+
+def test_the_walk_family_drifts_without_a_shape() -> None:
+    """`--family walk`: a minute rate with mean 2,000/s within 0.5-2x of it, whose minute-to-minute
+    moves are a random walk's: no period, no trend kept, both directions often."""
+    family, scenarios = bench_module("autoscaling_seeds").FAMILIES["walk"], bench_module("autoscaling_scenarios")
+    ups = downs = 0
+    for seed in range(6):
+        trend = family(seed).trend
+        assert trend is not None
+        minutes = trend.reshape(60, 60).mean(axis=1) * scenarios.USERS_SCALE / scenarios.WALK_RATE
+        assert minutes.min() >= 0.5 - 1e-9 and minutes.max() <= 2.0 + 1e-9, seed
+        assert 0.85 <= minutes.mean() <= 1.15, seed
+        moves = np.diff(np.log(minutes))
+        assert np.abs(moves).max() <= 5 * scenarios.WALK_STEP, seed  # a drift, never a step
+        ups, downs = ups + int((moves > 0).sum()), downs + int((moves < 0).sum())
+        assert len({round(float(m), 6) for m in minutes}) > 30, seed  # not flat
+    assert min(ups, downs) >= 0.35 * (ups + downs)  # no direction kept

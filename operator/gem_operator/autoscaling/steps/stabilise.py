@@ -19,7 +19,12 @@ integral move on that p99: a p99 far below the band gives back more), never less
 of the ramp lead's window (`rampLead.windowSeconds`: demand that returns within it is what the
 ramp lead reads, and capacity given back takes a pod start to return) nor the recommendation. The
 window's older recommendations are cut to what it keeps, so the next sync does not restore them;
-the next release waits until the p99 has seen the smaller pool for a whole window. The
+the next release waits until the p99 has seen the smaller pool for a whole window. What it
+keeps is rounded up, so a pool gives nothing back while `release` x its peak is within a replica
+of the peak (13 replicas at a p99 of 20 ms against a 26 ms band edge): a brake on small pools and
+near the band. Measured and not kept: a release of at least one replica, and one rounded to the
+nearest, each cost the conversation hours violation minutes (docs/benchmarks.md, the decline
+family). The
 decision's stabilisation clause says what the release gave back and, where one of the levels
 below held it, what that level needs: a quiet pool that keeps its replicas is the first thing a
 platform engineer asks `kubectl describe` about.
