@@ -264,7 +264,8 @@ def decline(seed: int = 141) -> Scenario:
 
     An evening's fall compressed into half an hour: the ramp family run backwards. What it judges
     is how soon a pool gives back what the load no longer needs, pod by pod, where HPA follows the
-    fall a down window late; no other family falls for longer than a swing.
+    fall a down window late. The other falls come back (a swing, an interruption), come at once, or
+    carry a flash crowd (the Poisson hour's second half).
     """
     rng = np.random.default_rng(seed)
     start, length, floor = rng.uniform(300, 900), rng.uniform(1200, 2400), rng.uniform(0.35, 0.55)
@@ -284,9 +285,9 @@ def walk(seed: int = 161) -> Scenario:
     `WALK_STEP`), scaled to a mean of 2,000/s, held within 0.5-2x of it and interpolated per second
     (Poisson arrivals, unit cost).
 
-    Neither a swing nor a ramp: the drift has no period to learn and no trend to keep, so a lead
-    fitted to the last minutes is as often wrong as right. It judges a policy on a load it cannot
-    predict, where every family above has a shape.
+    Neither a swing nor a ramp: the walk's steps are independent, so a line fitted to the last
+    minutes extrapolates a trend the next minutes do not keep. It judges a policy on a load it
+    cannot predict, where every family above has a shape.
     """
     rng = np.random.default_rng(seed)
     level = np.exp(np.cumsum(rng.normal(0.0, WALK_STEP, 61)))
