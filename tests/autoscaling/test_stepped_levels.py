@@ -1,7 +1,8 @@
 """The levels a release keeps: those steps up reached (the ramp lead reads the steps and the state
 carries them), until the down window has passed the level's last minute (`levels.held_step_level`),
-and a level held for a whole down window that demand fell from at once, until the window has
-passed the fall (`levels.interrupted_level`)."""
+a burst's level, read in the minute peaks, likewise (`levels.burst_level`), and a level held for a
+whole down window that demand fell from at once, until the window has passed the fall
+(`levels.interrupted_level`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from gem_operator.api.autoscaling import AutoscalingSpec
-from gem_operator.autoscaling.levels import Step, held_step_level, interrupted_level
+from gem_operator.autoscaling.levels import Step, burst_level, held_step_level, interrupted_level
 from gem_operator.autoscaling.observation import LatencyReading, MetricReading, Observation, PodSample, PodState
 from gem_operator.autoscaling.policy import desired_replicas
 from gem_operator.autoscaling.state import ScalerState
@@ -241,3 +242,49 @@ def test_a_release_keeps_an_interrupted_level_until_the_window_passes_the_fall(h
     state = ScalerState(recommendations=((T0 - 100, 20),), last_direction=-1, demand_peaks=tuple(peaks))
     counts = released_from_20(s, state)
     assert min(counts) == lowest and counts == sorted(counts, reverse=True)
+
+
+# `bench/autoscaling_seeds.py --family bursts`, seed 803 (SM-active terms): a burst that overloaded
+# the pool (so the ramp lead read no step) stepped up at minute 1 and left at minute 5.
+BURST_803 = minutes((1, 5.88), (1, 9.74), (1, 9.9), (1, 10.72), (1, 9.89), (12, 6.1))
+
+
+@pytest.mark.parametrize(
+    ("peaks", "since", "within", "level"),
+    [
+        pytest.param(BURST_803, -1.0, 300.0, 10.72, id="the-bursts-highest-minute"),
+        pytest.param(BURST_803, 250.0, 300.0, 10.72, id="kept-while-the-window-has-its-last-minute"),
+        pytest.param(BURST_803, 300.0, 300.0, None, id="the-window-has-passed-its-last-minute"),
+        pytest.param(BURST_803, -1.0, 120.0, None, id="held-longer-than-within-is-no-burst"),
+        pytest.param(minutes((1, 6.0), (5, 10.0)), -1.0, 300.0, None, id="a-level-not-left-is-no-burst-yet"),
+        pytest.param(minutes((1, 6.0), (1, 7.7), (3, 6.0)), -1.0, 300.0, None, id="a-rise-within-the-jump"),
+        pytest.param([(0.0, 6.0), (120.0, 10.0), (180.0, 6.0)], -1.0, 300.0, None, id="a-missing-minute-is-no-step"),
+        pytest.param(
+            [(0.0, 6.0), (60.0, 10.0), (180.0, 10.0), (240.0, 6.0)], -1.0, 300.0, None, id="a-gap-in-it-ends-it-unleft"
+        ),
+        pytest.param(
+            minutes((1, 6.0), (2, 10.0), (1, 6.0), (2, 12.0), (1, 6.0)), 90.0, 300.0, 12.0, id="the-higher-of-two"
+        ),
+    ],
+)
+def test_burst_level(peaks: list[tuple[float, float]], since: float, within: float, level: float | None) -> None:
+    assert burst_level(peaks, since, within) == level
+
+
+def test_a_release_keeps_a_bursts_level_until_the_window_passes_its_last_minute() -> None:
+    """Bursts seed 803's first burst, as the minute peaks read it, its last minute 6 minutes ago:
+    the down window (900 s) holds it for the ten minutes run here, so the release keeps what its
+    level (10.72) needs at 0.6, 18 replicas. The same minutes without the burst (at the level it
+    left) release to 15, and so does the burst once its last minute is older than the window."""
+    s = spec(targetSmActive=0.6, stabilizationSeconds={"down": 900})
+    minute = T0 - T0 % 60
+
+    def lowest(values: list[float], ago: int) -> int:
+        peaks = [(minute - 60 * (ago + len(values) - 1 - i), p) for i, p in enumerate(values)]
+        state = ScalerState(recommendations=((T0 - 100, 20),), last_direction=-1, demand_peaks=tuple(peaks))
+        return min(released_from_20(s, state))
+
+    burst = [p for _, p in BURST_803[:6]] + [6.1] * 5
+    assert lowest(burst, 0) == 18
+    assert lowest([6.1] * len(burst), 0) == 15
+    assert lowest(burst, 10) == 15

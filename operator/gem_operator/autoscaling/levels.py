@@ -168,6 +168,34 @@ def stepped_level(peaks: Sequence[tuple[float, float]], since: float) -> float |
     return level
 
 
+def burst_level(peaks: Sequence[tuple[float, float]], since: float, within: float) -> float | None:
+    """The highest level of a burst whose last minute is after `since` (None: none).
+
+    A burst is a minute more than `STEP_JUMP` above the minute before it, then minutes that stay
+    that far above it, then a minute back within it, all within `within` seconds of the step: a
+    level the load stepped to and left again. Such a level is kept to its *last* minute, as HPA's
+    window keeps a peak for its length after the last reading at it, where `stepped_level` keeps a
+    level from its first. A level the load has not left is not a burst (yet): a noisy minute of a
+    smooth hour that the next minutes stay above is a new level, and the release reads it as one.
+    """
+    level = None
+    for i in range(1, len(peaks)):
+        (before, low), (minute, high) = peaks[i - 1], peaks[i]
+        if minute - before > PEAK_BUCKET_SECONDS or high <= (1 + STEP_JUMP) * low:
+            continue
+        top, last, left = high, minute, False
+        for later, peak in peaks[i + 1 :]:
+            if later - last > PEAK_BUCKET_SECONDS:
+                break
+            if peak <= (1 + STEP_JUMP) * low:
+                left = True
+                break
+            top, last = max(top, peak), later
+        if left and last - minute <= within and last + PEAK_BUCKET_SECONDS > since:
+            level = top if level is None else max(level, top)
+    return level
+
+
 def held_step_level(peaks: Sequence[tuple[float, float]], steps: Sequence[Step], since: float) -> float | None:
     """The highest minute peak after `since` of a level a step reached and demand then held (None: none).
 
@@ -251,6 +279,7 @@ __all__ = [
     "STEP_JUMP",
     "TWO_LEVEL_FIT",
     "Step",
+    "burst_level",
     "fall_read_in_part",
     "held_step_level",
     "interrupted_level",

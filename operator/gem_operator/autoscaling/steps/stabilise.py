@@ -49,6 +49,19 @@ RPS holds them), the same 801 minutes. Keeping the ramp lead's steps to their la
 service) worse than RPS 17 -> 11, dearer 24 -> 27, violation minutes 303 -> 280; the eight sweeps
 unchanged (docs/benchmarks.md).
 
+**So is a burst's level, to its last minute** (`levels.burst_level`): a minute-peak step up that
+demand left again within the ramp lead's window (`rampLead.windowSeconds`) is kept until the down
+window has passed the burst's last minute, as HPA's window keeps it. A burst that overloads the
+pool restarts the ramp lead's history, so the lead marks no step, and the minute-peak step alone
+kept the level only from its first minute: the release gave back a 2-5 minute burst's replicas
+minutes before HPA's window would, and the next burst met them. A level the load has not left is
+no burst: keeping every minute-peak step to its last minute held a conversation hour's noisy
+minute as a level (docs/benchmarks.md, the bursts family). Measured (`bench/autoscaling_seeds.py`,
+2026-12-06): the held-out sweeps (304 cases) worse than HPA on RPS at equal GPU-hours 28 -> 25
+(bursts s100-107, on the single-server and slow-start fleets), violation minutes 716 -> 709;
+bursts at seeds 800-803 3 -> 1, 32 -> 26 minutes; the bench's eight sweeps with the bursts family
+(250) the same counts and minutes, the flash hours 0.003-0.004 of static GPU-hours dearer.
+
 **So is a level the load fell from at once** (`levels.interrupted_level`): where demand held a level
 for a whole down window and the peaks of the next two minutes are both more than `levels.STEP_JUMP`
 below it, the release keeps what that level needs until the window has passed the fall. A load
@@ -74,7 +87,7 @@ from dataclasses import dataclass
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import Reason
-from gem_operator.autoscaling.levels import held_step_level, interrupted_level, stepped_level
+from gem_operator.autoscaling.levels import burst_level, held_step_level, interrupted_level, stepped_level
 from gem_operator.autoscaling.signals import ceil_
 from gem_operator.autoscaling.steps.observe import Observed
 from gem_operator.autoscaling.steps.recommend import Recommendation
@@ -99,6 +112,7 @@ def stepped_floor(spec: AutoscalingSpec, ramp: RampStep, target: float, now: flo
         stepped_level(ramp.peaks, since),
         held_step_level(ramp.peaks, ramp.steps, since),
         interrupted_level(ramp.peaks, since, window),
+        burst_level(ramp.peaks, since, spec.ramp_lead.window_seconds),
     )
     levels = [level for level in found if level is not None]
     return ceil_(max(levels) / target) if levels else None
