@@ -60,7 +60,9 @@ minute as a level (docs/benchmarks.md, the bursts family). Measured (`bench/auto
 2026-12-06): the held-out sweeps (304 cases) worse than HPA on RPS at equal GPU-hours 28 -> 25
 (bursts s100-107, on the single-server and slow-start fleets), violation minutes 716 -> 709;
 bursts at seeds 800-803 3 -> 1, 32 -> 26 minutes; the bench's eight sweeps with the bursts family
-(250) the same counts and minutes, the flash hours 0.003-0.004 of static GPU-hours dearer.
+(250) the same counts and minutes, the flash hours 0.003-0.004 of static GPU-hours dearer (a flash
+crowd is a burst too). On the four unseen fleets (64) worse 18 -> 17 but dearer at as few violation
+minutes 13 -> 15.
 
 **So is a level the load fell from at once** (`levels.interrupted_level`): where demand held a level
 for a whole down window and the peaks of the next two minutes are both more than `levels.STEP_JUMP`
