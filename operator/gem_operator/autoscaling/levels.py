@@ -53,7 +53,7 @@ pods serve), nor is a noisy minute's peak.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 LEVEL_SHIFT = 0.5
 """A change of more than half the demand between two syncs starts a new level (the fit restarts)."""
@@ -154,14 +154,23 @@ def second_level(samples: Sequence[tuple[float, float]]) -> tuple[int, float, fl
     return start, sum(values[:split]) / split, sum(values[start:]) / (n - start)
 
 
+def steps_up(peaks: Sequence[tuple[float, float]]) -> Iterator[int]:
+    """Indexes of the minute peaks more than `STEP_JUMP` above the minute just before them (a
+    missing minute between the two is no step): where `stepped_level` and `burst_level` start."""
+    for i in range(1, len(peaks)):
+        (before, low), (minute, high) = peaks[i - 1], peaks[i]
+        if minute - before <= PEAK_BUCKET_SECONDS and high > (1 + STEP_JUMP) * low:
+            yield i
+
+
 def stepped_level(peaks: Sequence[tuple[float, float]], since: float) -> float | None:
     """The highest level a step reached in the minutes after `since` (None: no step): of the
     remembered minute peaks, one more than STEP_JUMP above the minute before it, with the minute
     after it (a step that began late in a minute shows whole only in the next)."""
     level = None
-    for i in range(1, len(peaks)):
-        (before, low), (minute, high) = peaks[i - 1], peaks[i]
-        if minute <= since or minute - before > PEAK_BUCKET_SECONDS or high <= (1 + STEP_JUMP) * low:
+    for i in steps_up(peaks):
+        minute, high = peaks[i]
+        if minute <= since:
             continue
         reached = max(high, peaks[i + 1][1]) if i + 1 < len(peaks) else high
         level = reached if level is None else max(level, reached)
@@ -179,10 +188,8 @@ def burst_level(peaks: Sequence[tuple[float, float]], since: float, within: floa
     smooth hour that the next minutes stay above is a new level, and the release reads it as one.
     """
     level = None
-    for i in range(1, len(peaks)):
-        (before, low), (minute, high) = peaks[i - 1], peaks[i]
-        if minute - before > PEAK_BUCKET_SECONDS or high <= (1 + STEP_JUMP) * low:
-            continue
+    for i in steps_up(peaks):
+        low, (minute, high) = peaks[i - 1][1], peaks[i]
         top, last, left = high, minute, False
         for later, peak in peaks[i + 1 :]:
             if later - last > PEAK_BUCKET_SECONDS:
@@ -288,4 +295,5 @@ __all__ = [
     "partial_readings",
     "second_level",
     "stepped_level",
+    "steps_up",
 ]
