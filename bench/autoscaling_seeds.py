@@ -5,6 +5,7 @@ Run:  python bench/autoscaling_seeds.py [--seeds 0:16]
           [--fleet batching|single-server|slow-start|fast-start|idle-floor|steep-knee|gentle-curve]
           [--shared] [--azure-conversation] [--without-ramp-lead]
           [--service MANIFEST.yaml] [--max-replicas N] [--set KEY=VALUE ...] [--model KEY=VALUE ...]
+          [--json PATH]
 
 `bench/autoscaling_replay.py` judges a few draws of each trace family. Tuning to a few draws is
 easy; this runs one one-hour family (`--family`: the Poisson swing with a 3x flash crowd at minute
@@ -53,13 +54,15 @@ so a sweep says what the main bench would say of its draws. An SLO-minute FAIL w
 minutes than the reactive oracle at x1 (the floor the issue allows, "reported as such") is said
 to be at the oracle's floor; it stays a FAIL, since a reactive policy (the oracle with more
 headroom, or an RPS run) meets it within the GPU-hour target. It reports; its exit status does not
-judge (the main bench's does).
+judge (the main bench's does). `--json PATH` writes the counts of the last lines as well
+(`bench/autoscaling_sweeps.py` adds them up over the sets of sweeps docs/benchmarks.md counts).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import sys
 from typing import Any
@@ -149,7 +152,8 @@ def with_field(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The sweep's command line (`bench/autoscaling_sweeps.py` checks its sets against it)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0:16", help="seed range A:B (B excluded), added to the scenario's seed")
     ap.add_argument("--fleet", choices=sorted(FLEETS), default="batching")
@@ -183,6 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         help="replace one key of the fleet's service model, as in a `gemop replay --profile` file (e.g. "
         "model_load_seconds=420, throughput_per_replica=1000); repeatable",
     )
+    ap.add_argument("--json", metavar="PATH", help="also write the sweep's counts to PATH as JSON")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     try:
         a, b = (int(x) for x in args.seeds.split(":"))
@@ -286,6 +296,19 @@ def main(argv: list[str] | None = None) -> int:
         f"reactive oracle keeps the SLO-minute target within {GPU_TARGET})"
     )
     print(f"targets as bench/autoscaling_replay.py judges them: {tally.describe()}")
+    if args.json:
+        counts = {
+            "cases": n,
+            "worse": worse,
+            "dearer": costly,
+            "violation_minutes": total_pol,
+            "rps_at_equal_minutes": round(total_rps, 3),
+            "over_gpu_target": over,
+            "targets_exclude": excluded,
+            "every_target_met": tally.met,
+        }
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(counts, fh)
     return 0
 
 

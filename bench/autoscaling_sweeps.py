@@ -1,0 +1,228 @@
+"""The sets of autoscaling seed sweeps a policy change is judged on, in one command, side by side.
+
+Run:  python bench/autoscaling_sweeps.py [SET ...] [--jobs N] [--out DIR] [--set KEY=VALUE ...]
+
+docs/benchmarks.md judges each change to the policy on the same sets of `bench/autoscaling_seeds.py`
+sweeps, so that a rule tuned on one family shows what it costs on the others:
+
+- `bench` (250 cases): the bench's eight sweeps (the flash-crowd and conversation hours, the
+  shared trace and the real conversation hour, on the bench's service, the single-server fleet and
+  the sample service; waves) and the bursts family at seeds 0-7;
+- `held-out` (304): bursts, waves and flash hours at seeds 100-107, conversation at 60-75, the
+  interruption, step and ramp families, and bursts on the sample service and the slow-start and
+  single-server fleets;
+- `unseen-fleets` (64): the four fleets no rule was tuned on x four families at seeds 400-401;
+- `new-seeds` (72): every family at seeds 800-803, which no rule has seen;
+- `decline-walk` (160): the two families no rule was written for, on the bench's service, the
+  sample service and the single-server and slow-start fleets.
+
+Each sweep runs as its own process (`--jobs` at a time, by default one per CPU) and writes its
+counts with `--json`. Printed: per sweep and per set, the cases, how many the policy had more
+violation minutes than HPA on RPS at equal GPU-hours in ("worse"), how many it spent over 1.05x
+RPS's GPU-hours at as few violation minutes in ("dearer"), the violation minutes on both sides,
+the cases over 0.75 of static GPU-hours (in brackets: of them, those where no reactive oracle keeps
+the SLO-minute target within 0.75) and the cases that meet every target. `--out DIR` keeps each
+sweep's lines (DIR/SET/SWEEP.txt) to compare two runs case by case; `--set` is passed to every
+sweep (a field of the replayed service, as `autoscaling_seeds.py --set` reads it). It reports; its
+exit status is 1 only when a sweep could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS_SCRIPT = ROOT / "bench" / "autoscaling_seeds.py"
+SAMPLE = ("--service", "crds/samples/rankingservice.yaml", "--max-replicas", "64")
+IDLE_FLOOR_TARGET = ("--set", "autoscaling.targetSmActive=0.55")  # the idle-floor fleet's own section pairs it
+FAMILIES = ("poisson-hour", "conversation", "wave", "bursts", "interruption", "ramp", "step", "decline", "walk")
+
+Sweep = tuple[str, tuple[str, ...]]
+"""(name, the arguments of one `autoscaling_seeds.py` run)."""
+
+
+def _sweep(name: str, *args: str) -> Sweep:
+    return name, args
+
+
+SETS: dict[str, tuple[Sweep, ...]] = {
+    "bench": (
+        _sweep("conversation", "--family", "conversation", "--seeds", "0:20", "--azure-conversation"),
+        _sweep("flash", "--seeds", "0:16", "--shared"),
+        _sweep("single-server-conversation", "--fleet", "single-server", "--family", "conversation", "--seeds", "0:10"),
+        _sweep("single-server-flash", "--fleet", "single-server", "--seeds", "0:8", "--shared"),
+        _sweep("sample-flash", "--seeds", "0:8", "--shared", *SAMPLE),
+        _sweep(
+            "sample-conversation", "--family", "conversation", "--seeds", "100:120", "--azure-conversation", *SAMPLE
+        ),
+        _sweep("wave", "--family", "wave", "--seeds", "0:8"),
+        _sweep("conversation-40", "--family", "conversation", "--seeds", "40:60"),
+        _sweep("bursts", "--family", "bursts", "--seeds", "0:8"),
+    ),
+    "held-out": (
+        _sweep("bursts-100", "--family", "bursts", "--seeds", "100:108"),
+        _sweep("wave-100", "--family", "wave", "--seeds", "100:108"),
+        _sweep("flash-100", "--seeds", "100:108"),
+        _sweep("conversation-60", "--family", "conversation", "--seeds", "60:76"),
+        _sweep("interruption", "--family", "interruption", "--seeds", "0:8"),
+        _sweep("interruption-100", "--family", "interruption", "--seeds", "100:108"),
+        _sweep("interruption-fast-start", "--family", "interruption", "--seeds", "0:8", "--fleet", "fast-start"),
+        _sweep("interruption-slow-start", "--family", "interruption", "--seeds", "0:8", "--fleet", "slow-start"),
+        _sweep("interruption-sample", "--family", "interruption", "--seeds", "0:8", *SAMPLE),
+        _sweep("step", "--family", "step", "--seeds", "0:8"),
+        _sweep("step-100", "--family", "step", "--seeds", "100:108"),
+        _sweep("step-sample", "--family", "step", "--seeds", "0:8", *SAMPLE),
+        _sweep("ramp", "--family", "ramp", "--seeds", "0:8"),
+        _sweep("ramp-100", "--family", "ramp", "--seeds", "100:108"),
+        _sweep("ramp-sample", "--family", "ramp", "--seeds", "0:8", *SAMPLE),
+        _sweep("bursts-sample", "--family", "bursts", "--seeds", "0:8", *SAMPLE),
+        _sweep("bursts-slow-start", "--family", "bursts", "--seeds", "0:8", "--fleet", "slow-start"),
+        _sweep("bursts-single-server", "--family", "bursts", "--seeds", "0:8", "--fleet", "single-server"),
+    ),
+    "unseen-fleets": tuple(
+        _sweep(
+            f"{fleet}-{family}",
+            "--fleet",
+            fleet,
+            "--family",
+            family,
+            "--seeds",
+            "400:402",
+            *(IDLE_FLOOR_TARGET if fleet == "idle-floor" else ()),
+        )
+        for fleet in ("fast-start", "idle-floor", "steep-knee", "gentle-curve")
+        for family in ("poisson-hour", "conversation", "wave", "bursts")
+    ),
+    "new-seeds": tuple(_sweep(family, "--family", family, "--seeds", "800:804") for family in FAMILIES),
+    "decline-walk": tuple(
+        _sweep(f"{family}{suffix}", "--family", family, *args)
+        for family in ("decline", "walk")
+        for suffix, args in (
+            ("", ("--seeds", "0:8")),
+            ("-100", ("--seeds", "100:108")),
+            ("-sample", ("--seeds", "0:8", *SAMPLE)),
+            ("-single-server", ("--seeds", "0:8", "--fleet", "single-server")),
+            ("-slow-start", ("--seeds", "0:8", "--fleet", "slow-start")),
+        )
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A sweep's counts, as `autoscaling_seeds.py --json` writes them; added up over a set."""
+
+    cases: int = 0
+    worse: int = 0  # more violation minutes than RPS at equal GPU-hours
+    dearer: int = 0  # over 1.05x RPS's GPU-hours at as few violation minutes
+    violation_minutes: float = 0.0
+    rps_at_equal_minutes: float = 0.0  # RPS's violation minutes at the policy's GPU-hours
+    over_gpu_target: int = 0  # over 0.75 of static GPU-hours
+    targets_exclude: int = 0  # of those, no reactive oracle keeps the SLO-minute target within 0.75
+    every_target_met: int = 0
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def describe(self) -> str:
+        return (
+            f"cases {self.cases:3d}  worse {self.worse:3d}  dearer {self.dearer:3d}  violation minutes "
+            f"{self.violation_minutes:5g} vs {self.rps_at_equal_minutes:7.1f}  over 0.75 of static "
+            f"{self.over_gpu_target:3d} ({self.targets_exclude})  every target met {self.every_target_met}"
+        )
+
+
+def cases_in(args: Sequence[str]) -> int:
+    """How many cases a sweep's arguments make: two scale modes for each seed, the shared trace and
+    the real conversation hour's two weightings (what `autoscaling_seeds.py` runs)."""
+    seeds = args[list(args).index("--seeds") + 1] if "--seeds" in args else "0:16"
+    a, b = (int(x) for x in seeds.split(":"))
+    traces = (b - a) + ("--shared" in args) + 2 * ("--azure-conversation" in args)
+    return 2 * traces
+
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run_seeds(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """One `autoscaling_seeds.py` process, from the checkout's root (its paths are relative to it)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, str(SEEDS_SCRIPT), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
+
+
+def run_sweep(sweep: Sweep, extra: Sequence[str], keep: Path | None, runner: Runner = run_seeds) -> Counts | str:
+    """Run one sweep: its counts, or why it failed (the last lines of its error output)."""
+    name, args = sweep
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "counts.json"
+        done = runner([*args, *extra, "--json", str(out)])
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{name}.txt").write_text(done.stdout + done.stderr, encoding="utf-8")
+        if done.returncode != 0 or not out.exists():
+            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            return f"exit {done.returncode}: {tail}"
+        return Counts(**json.loads(out.read_text(encoding="utf-8")))
+
+
+def run_sets(
+    names: Iterable[str],
+    jobs: int,
+    extra: Sequence[str] = (),
+    out: Path | None = None,
+    runner: Runner = run_seeds,
+    sets: dict[str, tuple[Sweep, ...]] = SETS,
+) -> dict[str, list[tuple[str, Counts | str]]]:
+    """Every sweep of the named sets, `jobs` at a time: per set, (sweep, counts or why it failed) in order."""
+    work = [(set_name, sweep) for set_name in names for sweep in sets[set_name]]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = pool.map(lambda item: run_sweep(item[1], extra, None if out is None else out / item[0], runner), work)
+        report: dict[str, list[tuple[str, Counts | str]]] = {name: [] for name in names}
+        for (set_name, (sweep_name, _)), got in zip(work, results, strict=True):
+            report[set_name].append((sweep_name, got))
+            print(f"  done {set_name}/{sweep_name}", file=sys.stderr, flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sets", nargs="*", metavar="SET", help=f"of {', '.join(SETS)} (default: all)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="sweeps run at once (one per CPU)")
+    ap.add_argument("--out", type=Path, help="keep each sweep's printed lines in OUT/SET/SWEEP.txt")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every sweep")
+    args = ap.parse_args(argv)
+    unknown = [name for name in args.sets if name not in SETS]
+    if unknown:
+        ap.error(f"SET: no set named {', '.join(unknown)}; the sets are {', '.join(SETS)}")
+    if args.jobs < 1:
+        ap.error(f"--jobs: {args.jobs}; run at least one sweep at a time")
+    names = args.sets or list(SETS)
+    extra = [a for text in args.set for a in ("--set", text)]
+    report = run_sets(names, args.jobs, extra, args.out)
+    failed = 0
+    for set_name, rows in report.items():
+        total = Counts()
+        print(f"{set_name}:")
+        for sweep_name, got in rows:
+            if isinstance(got, str):
+                failed += 1
+                print(f"  {sweep_name:32s} FAILED ({got})")
+                continue
+            total += got
+            print(f"  {sweep_name:32s} {got.describe()}")
+        print(f"  {'in all':32s} {total.describe()}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

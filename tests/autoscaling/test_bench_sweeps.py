@@ -1,0 +1,83 @@
+"""The sets of seed sweeps docs/benchmarks.md counts (`bench/autoscaling_sweeps.py`): their sizes,
+their arguments, and one real sweep run through them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from .conftest import bench_module
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEPS = ROOT / "bench" / "autoscaling_sweeps.py"
+
+
+@pytest.mark.parametrize(
+    ("name", "cases"),
+    # The sizes docs/benchmarks.md quotes for them.
+    [("bench", 250), ("held-out", 304), ("unseen-fleets", 64), ("new-seeds", 72), ("decline-walk", 160)],
+)
+def test_each_set_has_the_cases_the_docs_count(name: str, cases: int) -> None:
+    sweeps = bench_module("autoscaling_sweeps")
+    assert sum(sweeps.cases_in(args) for _, args in sweeps.SETS[name]) == cases
+
+
+def test_every_sweep_is_a_valid_seed_sweep_and_named_once() -> None:
+    sweeps, seeds = bench_module("autoscaling_sweeps"), bench_module("autoscaling_seeds")
+    for set_name, members in sweeps.SETS.items():
+        names = [name for name, _ in members]
+        assert len(names) == len(set(names)), set_name
+        for _, args in members:
+            parsed = seeds.parser().parse_args(list(args))  # exits on an unknown family, fleet or option
+            assert parsed.family in seeds.FAMILIES and parsed.fleet in seeds.FLEETS
+            assert not parsed.service or (ROOT / parsed.service).is_file()
+
+
+def test_no_two_sweeps_of_a_set_run_the_same_cases() -> None:
+    sweeps = bench_module("autoscaling_sweeps")
+    for members in sweeps.SETS.values():
+        runs = [tuple(sorted(args)) for _, args in members]
+        assert len(runs) == len(set(runs))
+
+
+def test_counts_add_up_and_a_failed_sweep_is_named() -> None:
+    sweeps = bench_module("autoscaling_sweeps")
+    written = {"cases": 2, "worse": 1, "dearer": 0, "violation_minutes": 3, "rps_at_equal_minutes": 1.5}
+    written |= {"over_gpu_target": 2, "targets_exclude": 1, "every_target_met": 0}
+
+    def runner(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        if "step" in args:
+            return subprocess.CompletedProcess(args, 2, "", "usage: ...\nerror: --seeds: empty range\n")
+        Path(args[list(args).index("--json") + 1]).write_text(json.dumps(written), encoding="utf-8")
+        return subprocess.CompletedProcess(args, 0, "fleet batching; ...\n", "")
+
+    sets = {"a": (("one", ("--family", "wave")), ("two", ("--family", "ramp"))), "b": (("bad", ("--family", "step")),)}
+    report = sweeps.run_sets(["a", "b"], 2, runner=runner, sets=sets)
+    counts = [got for _, got in report["a"]]
+    total = counts[0] + counts[1]
+    assert (total.cases, total.worse, total.violation_minutes, total.rps_at_equal_minutes) == (4, 2, 6, 3.0)
+    assert report["b"] == [("bad", "exit 2: usage: ... | error: --seeds: empty range")]
+
+
+def test_an_unknown_set_is_refused_with_the_sets_named() -> None:
+    done = subprocess.run([sys.executable, str(SWEEPS), "bogus"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "SET: no set named bogus; the sets are bench, held-out" in done.stderr
+
+
+def test_one_real_sweep_writes_the_counts_it_prints(tmp_path: Path) -> None:
+    """`autoscaling_seeds.py --json` through the runner: the counts are those of its summary line."""
+    sweeps = bench_module("autoscaling_sweeps")
+    got = sweeps.run_sweep(("step", ("--family", "step", "--seeds", "0:1")), (), tmp_path)
+    assert not isinstance(got, str), got
+    printed = (tmp_path / "step.txt").read_text(encoding="utf-8")
+    assert got.cases == 2 == printed.count(" policy ")
+    summary = next(line for line in printed.splitlines() if line.startswith("policy worse than RPS"))
+    assert f"in {got.worse} of 2; over 1.05x" in summary and f"minutes in {got.dearer} of 2" in summary
+    assert f"violation minutes {got.violation_minutes:g} vs {got.rps_at_equal_minutes:.1f}" in summary
+    assert f"every target met in {got.every_target_met} of 2" in printed
