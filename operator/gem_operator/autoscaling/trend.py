@@ -23,6 +23,9 @@ It acts inside the SM rule's tolerance band too: waiting for the band to be left
 ramp's replica late. Measured (`bench/autoscaling_seeds.py`): on the one-hour Poisson ramps and
 the shared trace the policy without it was worse than HPA on RPS at equal GPU-hours in 5 of 34
 cases, by a minute on the early ramp; with it in 2 (and in 2 of 48 on seeds held out, 3 without).
+A line through a flat load's noise rises too, and orders this sync's demand without the band;
+ordering only on a slope two standard errors above zero traded violation minutes for GPU-hours
+(docs/benchmarks.md, "A ramp lead on noise, and the loop's cut on a return from below").
 
 The lead is learned from the pool itself: the time from a scale-up decision until that many pods
 serve (Ready with the model loaded), averaged over scale-ups (each new one weighs half). Before the

@@ -35,7 +35,9 @@ from below into the band cuts the target: a load growing into its headroom, and 
 headroom for what follows. Waiting a window in the band first, as a move out of it does, saved
 GPU-hours on batch bursts and cost violation minutes elsewhere; on the shared trace 5 against HPA
 on RPS's 4.75 at equal GPU-hours, where the cut has 3 against 3 (docs/benchmarks.md, the bursts
-family).
+family). On bursts of one size the cut comes back at every burst, since between them no raise is
+in reach; remembering no error the reach blocked, or one such cut until the next raise, traded the
+same way (docs/benchmarks.md, "A ramp lead on noise, and the loop's cut on a return from below").
 
 A low p99 is evidence about the SM active the pool ran at, not about any higher target: while the
 stabilisation window keeps more replicas than the target asks for, the pool runs well below the
