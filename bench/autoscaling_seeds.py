@@ -54,8 +54,9 @@ so a sweep says what the main bench would say of its draws. An SLO-minute FAIL w
 minutes than the reactive oracle at x1 (the floor the issue allows, "reported as such") is said
 to be at the oracle's floor; it stays a FAIL, since a reactive policy (the oracle with more
 headroom, or an RPS run) meets it within the GPU-hour target. It reports; its exit status does not
-judge (the main bench's does). `--json PATH` writes the counts of the last lines as well
-(`bench/autoscaling_sweeps.py` adds them up over the sets of sweeps docs/benchmarks.md counts).
+judge (the main bench's does). `--json PATH` writes the counts of the last lines as well, and each
+case's (`bench/autoscaling_sweeps.py` adds them up over the sets of sweeps docs/benchmarks.md
+counts, and compares two runs case by case).
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         cases += [("azure", azure_conversation()), ("azure-tok", azure_conversation(tokens=True))]
     cases += [(f"seed {s}", FAMILIES[args.family](s)) for s in range(a, b)]
     worse = over = costly = n = excluded = 0
+    per_case: list[dict[str, Any]] = []
     tally = Tally()
     total_pol = total_rps = 0.0
     extra = " and the shared trace" if args.shared else ""
@@ -281,6 +283,18 @@ def main(argv: list[str] | None = None) -> int:
             judged = missed(checks, at_floor)
             total_pol += pol.slo_violation_minutes
             total_rps += ref
+            per_case.append(
+                {
+                    "case": name,
+                    "mode": mode,
+                    "violation_minutes": pol.slo_violation_minutes,
+                    "rps_at_equal_minutes": round(ref, 3),
+                    "gpu_of_static": round(ratio, 4),
+                    "gpu_of_rps_at_as_few": round(pol.gpu_hours / few_gpu, 4),
+                    "worse": bad,
+                    "dearer": dear,
+                }
+            )
             print(
                 f"  {name:8s} {mode:11s} policy {pol.slo_violation_minutes:3d} min vs RPS at equal GPU-h {ref:5.2f}"
                 f"  GPU-h {ratio:.3f} of static, {pol.gpu_hours / few_gpu:.3f} of RPS at as few"
@@ -306,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             "over_gpu_target": over,
             "targets_exclude": excluded,
             "every_target_met": tally.met,
+            "per_case": per_case,
         }
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(counts, fh)

@@ -1,6 +1,7 @@
 """The sets of autoscaling seed sweeps a policy change is judged on, in one command, side by side.
 
 Run:  python bench/autoscaling_sweeps.py [SET ...] [--jobs N] [--out DIR] [--set KEY=VALUE ...]
+      python bench/autoscaling_sweeps.py --compare OLD NEW
 
 docs/benchmarks.md judges each change to the policy on the same sets of `bench/autoscaling_seeds.py`
 sweeps, so that a rule tuned on one family shows what it costs on the others:
@@ -22,9 +23,11 @@ violation minutes than HPA on RPS at equal GPU-hours in ("worse"), how many it s
 RPS's GPU-hours at as few violation minutes in ("dearer"), the violation minutes on both sides,
 the cases over 0.75 of static GPU-hours (in brackets: of them, those where no reactive oracle keeps
 the SLO-minute target within 0.75) and the cases that meet every target. `--out DIR` keeps each
-sweep's lines (DIR/SET/SWEEP.txt) to compare two runs case by case; `--set` is passed to every
-sweep (a field of the replayed service, as `autoscaling_seeds.py --set` reads it). It reports; its
-exit status is 1 only when a sweep could not run.
+sweep's lines and counts (DIR/SET/SWEEP.txt, .json), and `--compare OLD NEW` reads two such runs
+(before and after a change) and prints each case they judge or spend differently on, and how many
+cases turned worse or dearer and how many stopped being; `--set` is passed to every sweep (a field
+of the replayed service, as `autoscaling_seeds.py --set` reads it). It reports; its exit status is
+1 only when a sweep could not run.
 """
 
 from __future__ import annotations
@@ -172,7 +175,11 @@ def run_sweep(sweep: Sweep, extra: Sequence[str], keep: Path | None, runner: Run
         if done.returncode != 0 or not out.exists():
             tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
             return f"exit {done.returncode}: {tail}"
-        return Counts(**json.loads(out.read_text(encoding="utf-8")))
+        written = out.read_text(encoding="utf-8")
+        if keep is not None:
+            (keep / f"{name}.json").write_text(written, encoding="utf-8")
+        data = json.loads(written)
+        return Counts(**{f.name: data[f.name] for f in fields(Counts)})
 
 
 def run_sets(
@@ -194,13 +201,63 @@ def run_sets(
     return report
 
 
+CaseKey = tuple[str, str, str, str]
+"""(set, sweep, case, scale mode)."""
+
+
+def kept_cases(root: Path) -> dict[CaseKey, dict[str, object]]:
+    """Every case a run kept with `--out ROOT` (ROOT/SET/SWEEP.json)."""
+    out: dict[CaseKey, dict[str, object]] = {}
+    for path in sorted(root.glob("*/*.json")):
+        for case in json.loads(path.read_text(encoding="utf-8")).get("per_case", []):
+            out[(path.parent.name, path.stem, str(case["case"]), str(case["mode"]))] = case
+    return out
+
+
+def compare(old: Path, new: Path) -> list[str]:
+    """The cases two kept runs judge differently or spend differently on, and what flipped, as lines.
+
+    A case in one run only is named as such (the sets or their seeds changed between the runs)."""
+    before, after = kept_cases(old), kept_cases(new)
+    lines: list[str] = []
+    flips = {"worse": [0, 0], "dearer": [0, 0]}  # [gained, lost]
+    for key in sorted(before.keys() | after.keys()):
+        a, b = before.get(key), after.get(key)
+        where = "/".join(key[:2]) + f" {key[2]} {key[3]}"
+        if a is None or b is None:
+            lines.append(f"  {where}: only in {'the new' if a is None else 'the old'} run")
+            continue
+        watched = ("violation_minutes", "gpu_of_static", "worse", "dearer")
+        if all(a[k] == b[k] for k in watched):
+            continue
+        for flag, counts in flips.items():
+            counts[0] += bool(b[flag]) and not a[flag]
+            counts[1] += bool(a[flag]) and not b[flag]
+        marks = [f"{flag} {'gained' if b[flag] else 'lost'}" for flag in ("worse", "dearer") if a[flag] != b[flag]]
+        lines.append(
+            f"  {where}: violation minutes {a['violation_minutes']} -> {b['violation_minutes']}, GPU-h "
+            f"{a['gpu_of_static']} -> {b['gpu_of_static']} of static" + (f" ({', '.join(marks)})" if marks else "")
+        )
+    summary = ", ".join(f"{flag} {g} gained / {lost} lost" for flag, (g, lost) in flips.items())
+    return [f"{len(lines)} cases differ; {summary}", *lines]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sets", nargs="*", metavar="SET", help=f"of {', '.join(SETS)} (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="sweeps run at once (one per CPU)")
     ap.add_argument("--out", type=Path, help="keep each sweep's printed lines in OUT/SET/SWEEP.txt")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every sweep")
+    ap.add_argument(
+        "--compare", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two --out runs case by case; runs none"
+    )
     args = ap.parse_args(argv)
+    if args.compare:
+        missing = [str(p) for p in args.compare if not any(p.glob("*/*.json"))]
+        if missing:
+            ap.error(f"--compare: {', '.join(missing)} holds no kept sweep (DIR/SET/SWEEP.json from --out DIR)")
+        print("\n".join(compare(*args.compare)))
+        return 0
     unknown = [name for name in args.sets if name not in SETS]
     if unknown:
         ap.error(f"SET: no set named {', '.join(unknown)}; the sets are {', '.join(SETS)}")

@@ -81,3 +81,47 @@ def test_one_real_sweep_writes_the_counts_it_prints(tmp_path: Path) -> None:
     assert f"in {got.worse} of 2; over 1.05x" in summary and f"minutes in {got.dearer} of 2" in summary
     assert f"violation minutes {got.violation_minutes:g} vs {got.rps_at_equal_minutes:.1f}" in summary
     assert f"every target met in {got.every_target_met} of 2" in printed
+    kept = json.loads((tmp_path / "step.json").read_text(encoding="utf-8"))["per_case"]
+    assert [(c["case"], c["mode"]) for c in kept] == [("seed 0", "independent"), ("seed 0", "duplicate")]
+    assert sum(c["violation_minutes"] for c in kept) == got.violation_minutes
+    assert sum(c["worse"] for c in kept) == got.worse and sum(c["dearer"] for c in kept) == got.dearer
+
+
+def keep(root: Path, set_name: str, sweep: str, cases: list[dict[str, object]]) -> None:
+    (root / set_name).mkdir(parents=True, exist_ok=True)
+    (root / set_name / f"{sweep}.json").write_text(json.dumps({"cases": len(cases), "per_case": cases}), "utf-8")
+
+
+def case(name: str, minutes: int, gpu: float, *, worse: bool = False, dearer: bool = False) -> dict[str, object]:
+    return {"case": name, "mode": "independent", "violation_minutes": minutes, "gpu_of_static": gpu} | {
+        "worse": worse,
+        "dearer": dearer,
+    }
+
+
+def test_compare_names_each_case_that_moved_and_counts_the_flips(tmp_path: Path) -> None:
+    sweeps = bench_module("autoscaling_sweeps")
+    old, new = tmp_path / "old", tmp_path / "new"
+    keep(old, "bench", "bursts", [case("seed 0", 2, 0.9, dearer=True), case("seed 1", 3, 0.8), case("seed 2", 1, 0.7)])
+    keep(new, "bench", "bursts", [case("seed 0", 2, 0.85), case("seed 1", 5, 0.8, worse=True), case("seed 2", 1, 0.7)])
+    keep(new, "bench", "wave", [case("seed 0", 0, 0.9)])
+    lines = sweeps.compare(old, new)
+    assert lines[0] == "3 cases differ; worse 1 gained / 0 lost, dearer 0 gained / 1 lost"
+    assert (
+        "  bench/bursts seed 0 independent: violation minutes 2 -> 2, GPU-h 0.9 -> 0.85 of static (dearer lost)"
+        in lines
+    )
+    assert (
+        "  bench/bursts seed 1 independent: violation minutes 3 -> 5, GPU-h 0.8 -> 0.8 of static (worse gained)"
+        in lines
+    )
+    assert "  bench/wave seed 0 independent: only in the new run" in lines
+    assert not any("seed 2" in line for line in lines)  # the same on both sides
+
+
+def test_compare_refuses_a_folder_with_no_kept_run(tmp_path: Path) -> None:
+    keep(tmp_path / "old", "bench", "bursts", [case("seed 0", 2, 0.9)])
+    args = [sys.executable, str(SWEEPS), "--compare", str(tmp_path / "old"), str(tmp_path / "empty")]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert f"--compare: {tmp_path / 'empty'} holds no kept sweep" in done.stderr
