@@ -43,11 +43,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from autoscaling_seeds import FAMILIES, parser  # bench/ on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS_SCRIPT = ROOT / "bench" / "autoscaling_seeds.py"
 SAMPLE = ("--service", "crds/samples/rankingservice.yaml", "--max-replicas", "64")
 IDLE_FLOOR_TARGET = ("--set", "autoscaling.targetSmActive=0.55")  # the idle-floor fleet's own section pairs it
-FAMILIES = ("poisson-hour", "conversation", "wave", "bursts", "interruption", "ramp", "step", "decline", "walk")
 
 Sweep = tuple[str, tuple[str, ...]]
 """(name, the arguments of one `autoscaling_seeds.py` run)."""
@@ -105,7 +106,7 @@ SETS: dict[str, tuple[Sweep, ...]] = {
         for fleet in ("fast-start", "idle-floor", "steep-knee", "gentle-curve")
         for family in ("poisson-hour", "conversation", "wave", "bursts")
     ),
-    "new-seeds": tuple(_sweep(family, "--family", family, "--seeds", "800:804") for family in FAMILIES),
+    "new-seeds": tuple(_sweep(family, "--family", family, "--seeds", "800:804") for family in sorted(FAMILIES)),
     "decline-walk": tuple(
         _sweep(f"{family}{suffix}", "--family", family, *args)
         for family in ("decline", "walk")
@@ -147,10 +148,9 @@ class Counts:
 def cases_in(args: Sequence[str]) -> int:
     """How many cases a sweep's arguments make: two scale modes for each seed, the shared trace and
     the real conversation hour's two weightings (what `autoscaling_seeds.py` runs)."""
-    seeds = args[list(args).index("--seeds") + 1] if "--seeds" in args else "0:16"
-    a, b = (int(x) for x in seeds.split(":"))
-    traces = (b - a) + ("--shared" in args) + 2 * ("--azure-conversation" in args)
-    return 2 * traces
+    parsed = parser().parse_args(list(args))
+    a, b = (int(x) for x in parsed.seeds.split(":"))
+    return 2 * ((b - a) + int(parsed.shared) + 2 * int(parsed.azure_conversation))
 
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -203,6 +203,8 @@ def run_sets(
 
 CaseKey = tuple[str, str, str, str]
 """(set, sweep, case, scale mode)."""
+WATCHED = ("violation_minutes", "gpu_of_static", "worse", "dearer")
+"""A case's figures `compare` reports a change in."""
 
 
 def kept_cases(root: Path) -> dict[CaseKey, dict[str, object]]:
@@ -227,8 +229,7 @@ def compare(old: Path, new: Path) -> list[str]:
         if a is None or b is None:
             lines.append(f"  {where}: only in {'the new' if a is None else 'the old'} run")
             continue
-        watched = ("violation_minutes", "gpu_of_static", "worse", "dearer")
-        if all(a[k] == b[k] for k in watched):
+        if all(a[k] == b[k] for k in WATCHED):
             continue
         for flag, counts in flips.items():
             counts[0] += bool(b[flag]) and not a[flag]
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sets", nargs="*", metavar="SET", help=f"of {', '.join(SETS)} (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="sweeps run at once (one per CPU)")
-    ap.add_argument("--out", type=Path, help="keep each sweep's printed lines in OUT/SET/SWEEP.txt")
+    ap.add_argument("--out", type=Path, help="keep each sweep's lines and counts in OUT/SET/SWEEP.txt, .json")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed to every sweep")
     ap.add_argument(
         "--compare", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two --out runs case by case; runs none"
