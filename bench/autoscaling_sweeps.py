@@ -15,7 +15,11 @@ sweeps, so that a rule tuned on one family shows what it costs on the others:
 - `unseen-fleets` (64): the four fleets no rule was tuned on x four families at seeds 400-401;
 - `new-seeds` (72): every family at seeds 800-803, which no rule has seen;
 - `decline-walk` (160): the two families no rule was written for, on the bench's service, the
-  sample service and the single-server and slow-start fleets.
+  sample service and the single-server and slow-start fleets;
+- `start-ups` (72): the bench's fleet with pods that serve 45 s, 70 s and 3 minutes after they are
+  ordered (the bench's own take 2 minutes) x six families at seeds 500-501: the ramp lead and the
+  SLO loop's freezes are timed by the pool's start-up, and a rule that holds at one start-up may not
+  at another.
 
 Each sweep runs as its own process (`--jobs` at a time, by default one per CPU) and writes its
 counts with `--json`. Printed: per sweep and per set, the cases, how many the policy had more
@@ -117,6 +121,21 @@ SETS: dict[str, tuple[Sweep, ...]] = {
             ("-single-server", ("--seeds", "0:8", "--fleet", "single-server")),
             ("-slow-start", ("--seeds", "0:8", "--fleet", "slow-start")),
         )
+    ),
+    "start-ups": tuple(
+        _sweep(
+            f"start-{10 + load}s-{family}",
+            "--family",
+            family,
+            "--seeds",
+            "500:502",
+            "--model",
+            "pod_start_seconds=10",
+            "--model",
+            f"model_load_seconds={load}",
+        )
+        for load in (35, 60, 170)
+        for family in ("poisson-hour", "conversation", "bursts", "wave", "ramp", "step")
     ),
 }
 

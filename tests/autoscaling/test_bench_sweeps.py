@@ -20,7 +20,14 @@ SWEEPS = ROOT / "bench" / "autoscaling_sweeps.py"
 @pytest.mark.parametrize(
     ("name", "cases"),
     # The sizes docs/benchmarks.md quotes for them.
-    [("bench", 250), ("held-out", 304), ("unseen-fleets", 64), ("new-seeds", 72), ("decline-walk", 160)],
+    [
+        ("bench", 250),
+        ("held-out", 304),
+        ("unseen-fleets", 64),
+        ("new-seeds", 72),
+        ("decline-walk", 160),
+        ("start-ups", 72),
+    ],
 )
 def test_each_set_has_the_cases_the_docs_count(name: str, cases: int) -> None:
     sweeps = bench_module("autoscaling_sweeps")
@@ -36,6 +43,8 @@ def test_every_sweep_is_a_valid_seed_sweep_and_named_once() -> None:
             parsed = seeds.parser().parse_args(list(args))  # exits on an unknown family, fleet or option
             assert parsed.family in seeds.FAMILIES and parsed.fleet in seeds.FLEETS
             assert not parsed.service or (ROOT / parsed.service).is_file()
+            keys = seeds.FLEETS[parsed.fleet]().describe()
+            assert all(text.split("=", 1)[0] in keys for text in parsed.model), parsed.model  # a fleet's own keys
 
 
 def test_no_two_sweeps_of_a_set_run_the_same_cases() -> None:

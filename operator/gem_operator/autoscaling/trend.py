@@ -30,7 +30,9 @@ ordering only on a slope two standard errors above zero traded violation minutes
 The lead is learned from the pool itself: the time from a scale-up decision until that many pods
 serve (Ready with the model loaded), averaged over scale-ups (each new one weighs half). Before the
 first is measured it is `rampLead.leadSeconds` (120: pod start plus model load of design §6). The
-constants are documented on `api.autoscaling.RampLead`.
+constants are documented on `api.autoscaling.RampLead`. A lead of a few syncs still leads: on
+pods that serve 25-45 s after they are ordered, no lead under 45 s cost violation minutes on the
+swells (docs/benchmarks.md, "What the down window keeps of a lead").
 
 **The line is held to its word.** A rising line is a forecast: the demand one lead ahead. Each one
 is kept until its time comes and then judged against the demand measured then: the share of the

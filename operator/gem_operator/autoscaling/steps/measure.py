@@ -43,7 +43,10 @@ def with_ramp_lead(sig: Signal, ramp: RampStep, current: int) -> Signal:
 
     The replicas ordered now serve a lead later: size them for the load then (trend.py). This acts
     inside the tolerance band too: waiting for the band to be left is what makes a ramp's replica
-    late. It is what the arrivals will need, so the stabilisation history records it (steady None).
+    late. It is what the arrivals will need, so the stabilisation history records it (steady None):
+    recording only what the Ready pods' demand needs at the target, so that a line's over-order is
+    not held for the down window, cost violation minutes over 850 cases (docs/benchmarks.md, "What
+    the down window keeps of a lead").
     """
     if ramp.recommendation is None or sig.recommendation is None:
         return sig
