@@ -47,12 +47,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from autoscaling_seeds import FAMILIES, parser  # bench/ on sys.path
+from autoscaling_replay import MODES  # bench/ on sys.path
+from autoscaling_seeds import FAMILIES, parser
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS_SCRIPT = ROOT / "bench" / "autoscaling_seeds.py"
 SAMPLE = ("--service", "crds/samples/rankingservice.yaml", "--max-replicas", "64")
 IDLE_FLOOR_TARGET = ("--set", "autoscaling.targetSmActive=0.55")  # the idle-floor fleet's own section pairs it
+START_UP_POD_START = 10  # the start-ups set's pod start (seconds); the model load makes up the rest
 
 Sweep = tuple[str, tuple[str, ...]]
 """(name, the arguments of one `autoscaling_seeds.py` run)."""
@@ -124,17 +126,17 @@ SETS: dict[str, tuple[Sweep, ...]] = {
     ),
     "start-ups": tuple(
         _sweep(
-            f"start-{10 + load}s-{family}",
+            f"start-{serves}s-{family}",
             "--family",
             family,
             "--seeds",
             "500:502",
             "--model",
-            "pod_start_seconds=10",
+            f"pod_start_seconds={START_UP_POD_START}",
             "--model",
-            f"model_load_seconds={load}",
+            f"model_load_seconds={serves - START_UP_POD_START}",
         )
-        for load in (35, 60, 170)
+        for serves in (45, 70, 180)  # seconds from the order until the pod serves
         for family in ("poisson-hour", "conversation", "bursts", "wave", "ramp", "step")
     ),
 }
@@ -165,11 +167,11 @@ class Counts:
 
 
 def cases_in(args: Sequence[str]) -> int:
-    """How many cases a sweep's arguments make: two scale modes for each seed, the shared trace and
+    """How many cases a sweep's arguments make: each scale mode for each seed, the shared trace and
     the real conversation hour's two weightings (what `autoscaling_seeds.py` runs)."""
     parsed = parser().parse_args(list(args))
     a, b = (int(x) for x in parsed.seeds.split(":"))
-    return 2 * ((b - a) + int(parsed.shared) + 2 * int(parsed.azure_conversation))
+    return len(MODES) * ((b - a) + int(parsed.shared) + 2 * int(parsed.azure_conversation))
 
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
