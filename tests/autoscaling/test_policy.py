@@ -632,7 +632,7 @@ def test_queue_growth_measures_the_overload() -> None:
     assert d.recommendation == max(math.ceil(3.8 * 2 / 0.5), math.ceil(3.8 * (2 + 75 / 60) / 0.9)) == 16
     # A backlog seen at the last sync too is one that lasts: the drain plans for the queue as it will
     # be a drainSeconds on at this growth (3.8 x 1 s/s more), 18 replicas.
-    lasting = ScalerState(queue=(NOW - 15, 60.0), backlog=(NOW - 15, 240.0))
+    lasting = ScalerState(queue=(NOW - 15, 60.0), backlog=(NOW - 15, 240.0, 4))
     d = desired_replicas(s, lasting, qobs([0.95] * 4, [75.0] * 4), NOW)
     assert d.recommendation == math.ceil(3.8 * (2 + 75 / 60 + 1) / 0.9) == 18
     # A previous reading older than staleAfterSeconds gives no growth: the drain decides.

@@ -397,7 +397,9 @@ states = st.builds(
     slo_good_since=st.one_of(st.none(), st.floats(0, 1e9)),
     slo_last_decrease=st.one_of(st.none(), st.floats(0, 1e9)),
     panic_until=st.one_of(st.none(), st.floats(0, 1e9)),
-    backlog=st.one_of(st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6))),
+    backlog=st.one_of(
+        st.none(), st.tuples(st.floats(0, 1e9), st.floats(0, 1e6), st.one_of(st.none(), st.integers(0, 10_000)))
+    ),
     slo_last_over=st.one_of(st.none(), st.floats(0, 1e9)),
     slo_cut_replicas=st.one_of(st.none(), st.integers(0, 10_000)),
     slo_last_overloaded=st.one_of(st.none(), st.floats(0, 1e9)),
@@ -425,6 +427,9 @@ def test_property_state_round_trips_through_json(state: ScalerState) -> None:
         {"sloLastOver": "soon"},
         {"sloCutReplicas": "many"},
         {"sloLastOverloaded": "lately"},
+        {"backlog": [1.0, 2.0, -3]},
+        {"backlog": [1.0, 2.0, 3, 4]},
+        {"backlog": [1.0]},
     ],
 )
 def test_malformed_state_is_forgotten_not_fatal(bad: dict[str, Any]) -> None:
@@ -524,7 +529,7 @@ def test_capacity_ordered_to_drain_a_backlog_is_not_held_for_the_down_window() -
     # 10 saturated pods with 120 s of queued work each, the backlog still growing (1 s per s):
     # arrivals 19; the queue as it will be a drainSeconds on (180 s each) emptied within
     # drainSeconds, served flat out (0.9).
-    state = ScalerState(queue=(NOW - 15, 105.0), backlog=(NOW - 15, 1050.0))
+    state = ScalerState(queue=(NOW - 15, 105.0), backlog=(NOW - 15, 1050.0, 10))
     d = desired_replicas(s, state, queued_obs(0.95, 120.0, 10), NOW)
     want = d.recommendation
     assert want == math.ceil((19 + 9.5 * 180 / 60) / 0.9) == 53
@@ -545,12 +550,12 @@ def test_a_draining_backlog_orders_no_capacity_beyond_the_arrivals() -> None:
     the drain, and replicas ordered now would start after it is over."""
     s = spec(targetSmActive=0.5)
     # 20 pods at 0.95 with 1 s queued each (20 pod-seconds), down from 200 pod-seconds 15 s ago.
-    state = ScalerState(queue=(NOW - 15, 10.0), backlog=(NOW - 15, 200.0))
+    state = ScalerState(queue=(NOW - 15, 10.0), backlog=(NOW - 15, 200.0, 20))
     d = desired_replicas(s, state, queued_obs(0.95, 1.0, 20), NOW)
     # Arrivals: 19 x (1 - 180 / (15 x 20)) = 7.6 in SM-active terms, 16 replicas at 0.5: no scale-up.
     assert d.desired_replicas == 20 and d.reason == "CapacityPending"
     # The same reading with the backlog growing is an overload: the queue sizes it.
-    growing = ScalerState(queue=(NOW - 15, 0.5), backlog=(NOW - 15, 10.0))
+    growing = ScalerState(queue=(NOW - 15, 0.5), backlog=(NOW - 15, 10.0, 20))
     d2 = desired_replicas(s, growing, queued_obs(0.95, 1.0, 20), NOW)
     assert d2.desired_replicas > 20
 
@@ -563,7 +568,7 @@ def test_a_draining_backlog_is_remembered_as_what_arrives_not_as_the_drain() -> 
     --family wave`, seed 600). The levels a release keeps still read what the pods served."""
     s = spec(targetSmActive=0.5)
     # As above: 20 pods at 0.95 draining 200 -> 20 pod-seconds in 15 s, arrivals 7.6.
-    state = ScalerState(queue=(NOW - 15, 10.0), backlog=(NOW - 15, 200.0))
+    state = ScalerState(queue=(NOW - 15, 10.0), backlog=(NOW - 15, 200.0, 20))
     d = desired_replicas(s, state, queued_obs(0.95, 1.0, 20), NOW)
     minute = NOW - NOW % 60
     assert d.state.arrival_peaks == ((minute, pytest.approx(19 * (1 - 180 / (15 * 20)))),)
@@ -612,3 +617,26 @@ def test_without_a_queue_reading_the_history_records_the_recommendation() -> Non
     s = spec(targetSmActive=0.5)
     d = desired_replicas(s, ScalerState(), obs([0.95] * 4, loading=4), NOW)
     assert d.reason == "CapacityPending" and d.state.recommendations[-1][1] == d.recommendation == 8
+
+
+def test_pods_that_turned_ready_during_a_backlog_are_no_new_demand() -> None:
+    """A crowd's backlog read over a sync in which the first ordered pods came up: the pool served
+    that interval partly at its old size, so what the new pods served is not read as arrivals.
+    Taken at today's count, a flat backlog across 15 -> 30 saturated pods read 28.5 arriving in
+    SM-active terms, and the pool ordered 48 replicas for a crowd 36 served
+    (`bench/autoscaling_sweeps.py start-ups`, the 70 s start-up's flash hour)."""
+    s = spec(targetSmActive=0.6)
+    # 15 Ready pods with 20 s queued each, then 30 with 10 s each: the total flat at 300 pod-seconds.
+    now = queued_obs(0.95, 10.0, 30, loading=5)
+    grown = ScalerState(queue=(NOW - 15, 20.0), backlog=(NOW - 15, 300.0, 15))
+    d = desired_replicas(s, grown, now, NOW)
+    # Served over the interval: 28.5 x (15 + 30) / (2 x 30) = 21.4 in SM-active terms, 36 at 0.6.
+    assert d.recommendation == math.ceil(28.5 * 0.75 / 0.6) == 36
+    # The same reading over a pool that served the whole interval at 30 is an overload at 28.5.
+    steady = ScalerState(queue=(NOW - 15, 10.0), backlog=(NOW - 15, 300.0, 30))
+    assert desired_replicas(s, steady, now, NOW).recommendation == math.ceil(28.5 / 0.6) == 48
+    # A state written before the count was kept reads it as today's, as it did.
+    old = ScalerState.from_dict({"queue": [NOW - 15, 20.0], "backlog": [NOW - 15, 300.0]})
+    assert old.backlog == (NOW - 15, 300.0, None)
+    assert desired_replicas(s, old, now, NOW).recommendation == 48
+    assert d.state.backlog == (NOW, 300.0, 30)

@@ -36,7 +36,10 @@ read. Steps, in order:
    when it lasted since the last sync: the recommendation is the larger of the two.
    While a queued backlog shrinks, the
    pods serve more than arrives and SM active reads the drain: a scale-up is then sized by the
-   arrivals alone, since replicas ordered now start after the drain is over.
+   arrivals alone, since replicas ordered now start after the drain is over. The arrivals are
+   what the pods served since the last sync plus the backlog's growth; where pods turned Ready
+   in between, the pool served that interval at the mean of the two counts
+   (`signals.served_share`).
    **Ramp lead** (`trend.py`, `spec.autoscaling.rampLead`, on by default): a least-squares line
    through the demand of the last 300 s of syncs (SM usage with the queue's excess); while it
    rises, the recommendation is at least what its value one *lead* ahead needs at the effective

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import Reason, render
 from gem_operator.autoscaling.observation import MetricReading, Observation, PodSample
+from gem_operator.autoscaling.state import Backlog
 
 # SM active at or above this means the pods are saturated: demand may be far above what they show.
 SATURATED_SM_ACTIVE = 0.9
@@ -50,7 +51,7 @@ class Signal:
     # held for the whole scale-down window. None: same as `recommendation`.
     steady: int | None = None
     overloaded: bool = False  # queued work or saturated SM: demand beyond what the pods serve
-    backlog: tuple[float, float] | None = None  # (now, total queued pod-seconds) to remember
+    backlog: Backlog | None = None  # to remember for the next sync
     usage: float | None = None  # Ready pods' SM usage with the queue's excess: demand in SM-active terms
     # What arrives in SM-active terms while there is, or just was, a backlog: SM usage then reads
     # the drain too. None: no backlog, or no queue reading to measure one (`usage` is what arrives).
@@ -87,7 +88,7 @@ class SmMeasurement:
     queued_before: bool  # a backlog at the last sync too
     overloaded: bool  # queued work or saturated SM: demand beyond what the pods serve
     queue: tuple[float, float] | None  # to remember for the next sync (None: no queue reading)
-    backlog: tuple[float, float] | None
+    backlog: Backlog | None
 
     @property
     def metric_value(self) -> float:
@@ -156,7 +157,7 @@ def measure_sm(
     saturation: float | None,
     last_queue: tuple[float, float] | None = None,
     reading: MetricReading | None = None,
-    last_backlog: tuple[float, float] | None = None,
+    last_backlog: Backlog | None = None,
 ) -> SmMeasurement | Signal:
     """Measure the reading (`obs.metrics` unless `reading`, e.g. the panic window's samples), or
     say why it cannot be used: a Signal that holds (recommendation None)."""
@@ -183,17 +184,19 @@ def measure_sm(
     draining = sum(max(0.0, s.value) * queued.get(pod, 0.0) / drain for pod, s in fresh.items())
     usage = sm_usage * (1 + growth) + draining
     # What the arrivals need, for the stabilisation history (`Signal.steady`): a backlog's total
-    # (pod-seconds of work) grows at arrivals minus what the pods serve, so SM usage times
-    # 1 + its growth per Ready pod is the arrivals in SM-active terms, below SM usage while the pods
-    # drain a backlog. Only with a queue reading; while there is, or just was, a backlog, or while
-    # capacity is on its way, the history records that instead of the recommendation.
+    # (pod-seconds of work) grows at arrivals minus what the pods serve, so SM usage times the
+    # share of it the pool served since the last sync (`served_share`) plus the total's growth per
+    # Ready pod is the arrivals in SM-active terms, below SM usage while the pods drain a backlog.
+    # Only with a queue reading; while there is, or just was, a backlog, or while capacity is on
+    # its way, the history records that instead of the recommendation.
     # The total spans the Ready pods, those without a fresh sample taken at the measured mean: a
     # sum over the fresh pods alone grows whenever more pods report, and would read as arrivals.
     total = mean_queue * len(serving)
-    backlog = (now, total) if remember is not None else None
+    backlog: Backlog | None = (now, total, len(serving)) if remember is not None else None
     arrivals = sm_usage * (1 + growth)
     if backlog is not None and last_backlog is not None and 0 < now - last_backlog[0] <= stale_after:
-        arrivals = sm_usage * max(0.0, 1 + (total - last_backlog[1]) / ((now - last_backlog[0]) * len(serving)))
+        growth_per_pod = (total - last_backlog[1]) / ((now - last_backlog[0]) * len(serving))
+        arrivals = sm_usage * max(0.0, served_share(len(serving), last_backlog[2]) + growth_per_pod)
     queued_before = last_backlog is not None and last_backlog[1] > 0
     return SmMeasurement(
         current=obs.current_replicas,
@@ -212,6 +215,22 @@ def measure_sm(
         queue=remember,
         backlog=backlog,
     )
+
+
+def served_share(ready: int, ready_before: int | None) -> float:
+    """The share of the Ready pods' SM usage that the pool served over the interval since the last
+    sync, for the backlog's arrivals (what the pods served plus the backlog's growth).
+
+    Where pods turned Ready (or left) in between, the pool served the interval partly at its old
+    size: the mean of the two counts over today's, as if they changed mid-interval. Taken at today's
+    count, a crowd's backlog read over a sync in which the first ordered pods came up counted their
+    work as arrivals, and the pool ordered for a crowd 1.5x the one that came (48 replicas where 36
+    served it, `bench/autoscaling_sweeps.py start-ups`). A count of None (a state from before it was
+    kept) reads as today's.
+    """
+    if ready_before is None or ready <= 0:
+        return 1.0
+    return (ready + ready_before) / (2 * ready)
 
 
 def recommend_sm(

@@ -11,6 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+Backlog = tuple[float, float, int | None]
+"""(time, total queued pod-seconds of the Ready pods, how many Ready pods): one sync's backlog; the
+count is None in a state written before it was kept."""
+
 
 @dataclass(frozen=True)
 class ScalerState:
@@ -30,8 +34,9 @@ class ScalerState:
         many pods serve (or the pool is smaller).
     slo_last_overloaded: when a sync last saw the pool overloaded (queued work, saturated SM): the
         p99 query's window holds that overload for a while after it, and cuts no target meanwhile.
-    backlog: (time, total queued pod-seconds of the Ready pods) at the last sync with a queue
-        reading; its change estimates the arrivals while pods drain a backlog.
+    backlog: (time, total queued pod-seconds of the Ready pods, how many Ready pods) at the last
+        sync with a queue reading; its change estimates the arrivals while pods drain a backlog
+        (the count: what the pool served in between, where pods turned Ready meanwhile).
     demand: (time, SM usage with the queue's excess) per sync over `rampLead.windowSeconds`: the
         samples the ramp lead fits.
     lead_seconds: the measured time from a scale-up decision until that many pods serve (None:
@@ -69,7 +74,7 @@ class ScalerState:
     slo_good_since: float | None = None
     slo_last_decrease: float | None = None
     panic_until: float | None = None
-    backlog: tuple[float, float] | None = None
+    backlog: Backlog | None = None
     slo_last_over: float | None = None
     slo_cut_replicas: int | None = None
     slo_last_overloaded: float | None = None
@@ -151,7 +156,7 @@ class ScalerState:
                 slo_good_since=_opt(data.get("sloGoodSince")),
                 slo_last_decrease=_opt(data.get("sloLastDecrease")),
                 panic_until=_opt(data.get("panicUntil")),
-                backlog=None if (b := data.get("backlog")) is None else (_finite(b[0]), _finite(b[1])),
+                backlog=None if (b := data.get("backlog")) is None else _backlog(b),
                 slo_last_over=_opt(data.get("sloLastOver")),
                 slo_cut_replicas=None if data.get("sloCutReplicas") is None else int(data["sloCutReplicas"]),
                 slo_last_overloaded=_opt(data.get("sloLastOverloaded")),
@@ -180,6 +185,22 @@ def _opt(value: Any) -> float | None:
     if value is None:
         return None
     return _finite(value)
+
+
+def _backlog(value: Any) -> Backlog:
+    """(time, total, Ready pods); a state written before the count was kept has two fields, and
+    its count reads None (the arrivals then take today's count, as they did)."""
+    if len(value) not in (2, 3):
+        raise ValueError(f"not a backlog reading: {value!r}")
+    ready = None if len(value) == 2 or value[2] is None else _count(value[2])
+    return (_finite(value[0]), _finite(value[1]), ready)
+
+
+def _count(value: Any) -> int:
+    out = int(value)
+    if out < 0:
+        raise ValueError(f"not a count: {value!r}")
+    return out
 
 
 def _direction(value: Any) -> int:
