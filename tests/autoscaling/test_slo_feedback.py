@@ -638,5 +638,6 @@ def test_pods_that_turned_ready_during_a_backlog_are_no_new_demand() -> None:
     # A state written before the count was kept reads it as today's, as it did.
     old = ScalerState.from_dict({"queue": [NOW - 15, 20.0], "backlog": [NOW - 15, 300.0]})
     assert old.backlog == (NOW - 15, 300.0, None)
+    assert old.to_dict()["backlog"] == [NOW - 15, 300.0]  # written back as it was read, no null
     assert desired_replicas(s, old, now, NOW).recommendation == 48
     assert d.state.backlog == (NOW, 300.0, 30)

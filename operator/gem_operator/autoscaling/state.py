@@ -104,7 +104,7 @@ class ScalerState:
             "sloGoodSince": self.slo_good_since,
             "sloLastDecrease": self.slo_last_decrease,
             "panicUntil": self.panic_until,
-            "backlog": None if self.backlog is None else list(self.backlog),
+            "backlog": _backlog_list(self.backlog),
             "sloLastOver": self.slo_last_over,
             "sloCutReplicas": self.slo_cut_replicas,
             "sloLastOverloaded": self.slo_last_overloaded,
@@ -185,6 +185,15 @@ def _opt(value: Any) -> float | None:
     if value is None:
         return None
     return _finite(value)
+
+
+def _backlog_list(backlog: Backlog | None) -> list[float | int] | None:
+    """The JSON form: [time, total, count], or [time, total] where the count is not known (no null
+    in the list, as an older state wrote it)."""
+    if backlog is None:
+        return None
+    t, total, ready = backlog
+    return [t, total] if ready is None else [t, total, ready]
 
 
 def _backlog(value: Any) -> Backlog:
