@@ -62,7 +62,9 @@ TWO_LEVEL_FIT = 0.2
 MAX_PARTIAL_READINGS = 2
 """Readings a step may be read part in: the sync it landed in, and the next where it still shows only in part."""
 MIN_LEVEL_SYNCS = 4
-"""Readings of the earlier level before a step (a minute at the default 15 s sync): fewer are one reading's noise."""
+"""Readings of the earlier level before a step (a minute at the default 15 s sync): fewer are one reading's noise
+(fewer where the later level has a minute of readings was measured and not kept: docs/benchmarks.md,
+"A step in a pool's first readings")."""
 EXACT_FIT = 1e-12
 """A line whose squared residual is under this share of the readings' squares fits them exactly (no step)."""
 STEP_JUMP = 0.3
