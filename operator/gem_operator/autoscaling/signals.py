@@ -224,9 +224,9 @@ def served_share(ready: int, ready_before: int | None) -> float:
     Where pods turned Ready (or left) in between, the pool served the interval partly at its old
     size: the mean of the two counts over today's, as if they changed mid-interval. Taken at today's
     count, a crowd's backlog read over a sync in which the first ordered pods came up counted their
-    work as arrivals, and the pool ordered for a crowd 1.5x the one that came (48 replicas where 36
-    served it, `bench/autoscaling_sweeps.py start-ups`). A count of None (a state from before it was
-    kept) reads as today's.
+    work as arrivals, and the pool ordered 48 replicas where 36 served the crowd
+    (`bench/autoscaling_sweeps.py start-ups`). A count of None (a state from before it was kept)
+    reads as today's.
     """
     if ready_before is None or ready <= 0:
         return 1.0
