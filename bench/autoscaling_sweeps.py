@@ -28,10 +28,11 @@ RPS's GPU-hours at as few violation minutes in ("dearer"), the violation minutes
 the cases over 0.75 of static GPU-hours (in brackets: of them, those where no reactive oracle keeps
 the SLO-minute target within 0.75) and the cases that meet every target. `--out DIR` keeps each
 sweep's lines and counts (DIR/SET/SWEEP.txt, .json), and `--compare OLD NEW` reads two such runs
-(before and after a change) and prints each case they judge or spend differently on, and how many
-cases turned worse or dearer and how many stopped being; `--set` is passed to every sweep (a field
-of the replayed service, as `autoscaling_seeds.py --set` reads it). It reports; its exit status is
-1 only when a sweep could not run.
+(before and after a change) and prints each case they judge or spend differently on, how many
+cases turned worse or dearer and how many stopped being, and in how many the violation minutes and
+the GPU-hours rose and fell (a rule that trades one for the other shows as both); `--set` is passed
+to every sweep (a field of the replayed service, as `autoscaling_seeds.py --set` reads it). It
+reports; its exit status is 1 only when a sweep could not run.
 """
 
 from __future__ import annotations
@@ -240,16 +241,27 @@ def kept_cases(root: Path) -> dict[CaseKey, dict[str, object]]:
 def compare(old: Path, new: Path) -> list[str]:
     """The cases two kept runs judge differently or spend differently on, and what flipped, as lines.
 
-    A case in one run only is named as such (the sets or their seeds changed between the runs)."""
+    A case in one run only is named as such (the sets or their seeds changed between the runs). The
+    second line says which way the change traded: in how many cases the violation minutes and the
+    GPU-hours rose and fell, and the minutes of every case both runs hold, before and after (a rule
+    that only moves cases along the minutes-for-GPU-hours line shows as both rising somewhere)."""
     before, after = kept_cases(old), kept_cases(new)
     lines: list[str] = []
     flips = {"worse": [0, 0], "dearer": [0, 0]}  # [gained, lost]
+    moved = {"minutes": [0, 0], "gpu": [0, 0]}  # [more, fewer]
+    totals = [0.0, 0.0]  # violation minutes of the cases both runs hold: [old, new]
     for key in sorted(before.keys() | after.keys()):
         a, b = before.get(key), after.get(key)
         where = "/".join(key[:2]) + f" {key[2]} {key[3]}"
         if a is None or b is None:
             lines.append(f"  {where}: only in {'the new' if a is None else 'the old'} run")
             continue
+        totals[0] += float(str(a["violation_minutes"]))
+        totals[1] += float(str(b["violation_minutes"]))
+        for what, field in (("minutes", "violation_minutes"), ("gpu", "gpu_of_static")):
+            was, now = float(str(a[field])), float(str(b[field]))
+            moved[what][0] += now > was
+            moved[what][1] += now < was
         if all(a[k] == b[k] for k in WATCHED):
             continue
         for flag, counts in flips.items():
@@ -261,7 +273,12 @@ def compare(old: Path, new: Path) -> list[str]:
             f"{a['gpu_of_static']} -> {b['gpu_of_static']} of static" + (f" ({', '.join(marks)})" if marks else "")
         )
     summary = ", ".join(f"{flag} {g} gained / {lost} lost" for flag, (g, lost) in flips.items())
-    return [f"{len(lines)} cases differ; {summary}", *lines]
+    traded = (
+        f"violation minutes more in {moved['minutes'][0]} / fewer in {moved['minutes'][1]} cases "
+        f"({totals[0]:g} -> {totals[1]:g} over the cases both runs hold), "
+        f"GPU-hours more in {moved['gpu'][0]} / fewer in {moved['gpu'][1]}"
+    )
+    return [f"{len(lines)} cases differ; {summary}", traded, *lines]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,6 +116,12 @@ def test_compare_names_each_case_that_moved_and_counts_the_flips(tmp_path: Path)
     keep(new, "bench", "wave", [case("seed 0", 0, 0.9)])
     lines = sweeps.compare(old, new)
     assert lines[0] == "3 cases differ; worse 1 gained / 0 lost, dearer 0 gained / 1 lost"
+    # seed 0 spends less at the same minutes, seed 1 has more minutes at the same GPU-hours; the
+    # wave is in one run only and counts in neither total.
+    assert lines[1] == (
+        "violation minutes more in 1 / fewer in 0 cases (6 -> 8 over the cases both runs hold), "
+        "GPU-hours more in 0 / fewer in 1"
+    )
     assert (
         "  bench/bursts seed 0 independent: violation minutes 2 -> 2, GPU-h 0.9 -> 0.85 of static (dearer lost)"
         in lines
