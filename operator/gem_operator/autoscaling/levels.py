@@ -3,8 +3,8 @@
 The ramp lead (`trend.py`) fits a line to the demand of its window; the release
 (`steps/stabilise.py`) keeps what a level needs for the down window. Both ask the questions here:
 did the demand step to a new level (`level_shift`, `second_level`), did a minute's peak reach one
-(`stepped_level`, `held_step_level`), and did it fall at once from a level it held
-(`interrupted_level`, `fall_read_in_part`).
+(`stepped_level`, `held_step_level`), did it fall at once from a level it held
+(`interrupted_level`, `fall_read_in_part`), and has it climbed back off a low (`climb_off_low`).
 
 **Two levels are not a line.** A step smaller than `LEVEL_SHIFT`, or one that lands between two
 syncs and is read part in each, passes the jump test; the line through it then rises for as long as
@@ -278,6 +278,31 @@ def fall_read_in_part(peaks: Sequence[tuple[float, float]], i: int) -> int | Non
     return i - 2 if flat else None
 
 
+def climb_off_low(samples: Sequence[tuple[float, float]], minute: float = PEAK_BUCKET_SECONDS) -> float | None:
+    """The newest minute's mean demand over the lowest mean of an earlier minute (None: fewer than
+    two minutes, or a low of nothing).
+
+    Minutes are counted back from the newest sample, so the newest holds this sync's reading; the
+    oldest is left out where it holds fewer samples than the newest (a minute the window cut into
+    reads lower or higher on less). Means, not single readings: a reading swings by several percent
+    sync to sync, a minute's mean by half as much, so the lowest of five minutes is no dip of noise.
+    """
+    if not samples:
+        return None
+    newest = samples[-1][0]
+    minutes: dict[int, list[float]] = {}
+    for t, u in samples:
+        minutes.setdefault(int((newest - t) // minute), []).append(u)
+    oldest = max(minutes)
+    if oldest > 0 and len(minutes[oldest]) < len(minutes[0]):
+        del minutes[oldest]
+    means = {i: sum(v) / len(v) for i, v in minutes.items()}
+    earlier = [m for i, m in means.items() if i > 0]
+    if not earlier or min(earlier) <= 0:
+        return None
+    return means[0] / min(earlier)
+
+
 __all__ = [
     "EXACT_FIT",
     "LEVEL_SHIFT",
@@ -289,6 +314,7 @@ __all__ = [
     "TWO_LEVEL_FIT",
     "Step",
     "burst_level",
+    "climb_off_low",
     "fall_read_in_part",
     "held_step_level",
     "interrupted_level",

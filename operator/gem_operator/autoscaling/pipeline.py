@@ -27,7 +27,7 @@ from gem_operator.autoscaling.steps.limits import Limited, apply_panic, cap, lim
 from gem_operator.autoscaling.steps.measure import Signals, read_signals
 from gem_operator.autoscaling.steps.observe import Observed, observe
 from gem_operator.autoscaling.steps.recommend import Recommendation, recommend
-from gem_operator.autoscaling.steps.stabilise import Stabilised, stabilise, stepped_floor
+from gem_operator.autoscaling.steps.stabilise import Stabilised, climbed_back, stabilise, stepped_floor
 
 
 def decide(
@@ -46,10 +46,13 @@ def decide(
     seen = observe(spec, state, obs, now)
     sig = read_signals(spec, state, obs, now, seen, saturation=saturation, slo_ms=slo_ms)
     rec = recommend(spec, sig.sm, seen, now, obs.precompute, state.backlog_empty_since)
-    # No capacity is given back while the ramp lead sees demand rising.
+    # No capacity is given back while the ramp lead sees demand rising, nor once it has climbed back
+    # off its low (`steps/stabilise.py`).
     release = sig.slo.release if sig.ramp.recommendation is None and release_fits(spec, state, now) else None
+    climbed = None if release is None else climbed_back(spec, sig.ramp.usage)
+    release = None if climbed is not None else release
     stepped = None if release is None else stepped_floor(spec, sig.ramp, sig.slo.target, now)
-    stable = stabilise(spec, seen, rec, now, release=release, stepped=stepped)
+    stable = stabilise(spec, seen, rec, now, release=release, stepped=stepped, release_held=climbed)
     held = rec.replicas is None
     panicked = apply_panic(sig.panic, stable.replicas, seen.current, held=held, yielding=rec.yielding)
     rated = limit_rate(spec, seen, now, panicked, panic=sig.panic, slo=sig.slo, yielding=rec.yielding)

@@ -83,11 +83,11 @@ is capped by the SM active it runs at, above). So a p99 below the band for a who
 quiet pool also *releases* (`SloStep.release`): the down window may keep exp(integralGain x error)
 of its peak, the loop's own move on that p99 applied to the capacity it holds (`steps/stabilise.py`),
 once per window since the last release, so each step is judged by the p99 of the smaller pool.
-Nothing is released while the ramp lead sees demand rising, nor below what a level reached by a
-step within the down window needs (`steps/stabilise.py`), and a release that would turn a
-scale-up into a scale-down waits until the direction budget has room for it, the scale-up that may
-follow and one more scale-down (`steps/hysteresis.py`). A confirmed room also opens the budget's
-last change to a scale-down.
+Nothing is released while the ramp lead sees demand rising or once demand has climbed back off its
+low, nor below what a level reached by a step within the down window needs (`steps/stabilise.py`),
+and a release that would turn a scale-up into a scale-down waits until the direction budget has
+room for it, the scale-up that may follow and one more scale-down (`steps/hysteresis.py`). A
+confirmed room also opens the budget's last change to a scale-down.
 
 No fresh p99: it holds (an unavailable latency is never a low one). A fresh p99 over the SLO
 blocks scale-down, and one read while every pod served and the pool was not overloaded holds it
