@@ -66,11 +66,13 @@ import copy
 import json
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from autoscaling_replay import MODES, SERVICE  # bench/ on sys.path
 from autoscaling_scenarios import (
+    Scenario,
     azure_conversation,
     bursts,
     conversation,
@@ -192,32 +194,43 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = parser()
-    args = ap.parse_args(argv)
+@dataclass(frozen=True)
+class SweepInputs:
+    """What one sweep replays: the fleet's service model, the replayed service's spec, the seeds, and
+    the cases by name ("shared", "azure", "azure-tok", "seed N"), as `main` runs them."""
+
+    model: ServiceModel
+    spec: RankingServiceSpec
+    seeds: range
+    cases: list[tuple[str, Scenario]]
+
+
+def sweep_inputs(args: argparse.Namespace) -> SweepInputs:
+    """The inputs `parser()`'s arguments name (`bench/autoscaling_explain.py` replays a kept case
+    from them). Raises ValueError naming the option and the field at fault."""
     try:
         a, b = (int(x) for x in args.seeds.split(":"))
     except ValueError:
-        ap.error(f"--seeds: expected A:B (e.g. 0:16), got {args.seeds!r}")
+        raise ValueError(f"--seeds: expected A:B (e.g. 0:16), got {args.seeds!r}") from None
     if b <= a:
-        ap.error(f"--seeds: empty range {args.seeds!r}; B must be above A")
+        raise ValueError(f"--seeds: empty range {args.seeds!r}; B must be above A")
     model = FLEETS[args.fleet]()
     if args.model:
         keys = {k: v for k, v in model.describe().items() if k != "source"}
         try:
             keys.update(assignment(text) for text in args.model)
         except ValueError as exc:
-            ap.error(f"--model: {exc}")
+            raise ValueError(f"--model: {exc}") from None
         try:
             model = ServiceModel.from_mapping(keys, where="--model")
         except ProfileError as exc:
-            ap.error(str(exc))
+            raise ValueError(str(exc)) from None
     service = SERVICE
     if args.service:
         try:
             service = load_service(args.service)[1].model_dump(by_alias=True, exclude_none=True)
         except TraceError as exc:
-            ap.error(f"--service: {exc}")
+            raise ValueError(f"--service: {exc}") from None
     if args.max_replicas is not None:
         service = {**service, "autoscaling": {**service["autoscaling"], "maxReplicas": args.max_replicas}}
     if args.without_ramp_lead:
@@ -226,18 +239,30 @@ def main(argv: list[str] | None = None) -> int:
         for text in args.set:
             service = with_field(service, *assignment(text))
     except ValueError as exc:
-        ap.error(f"--set: {exc}")
+        raise ValueError(f"--set: {exc}") from None
     try:
         spec = RankingServiceSpec.model_validate(service)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         option = "--max-replicas" if where == "autoscaling.maxReplicas" and args.max_replicas is not None else "--set"
-        ap.error(f"{option}: {where}: {err['msg']}")
+        raise ValueError(f"{option}: {where}: {err['msg']}") from None
     cases = [("shared", shared_trace(model, spec))] if args.shared else []
     if args.azure_conversation:
         cases += [("azure", azure_conversation()), ("azure-tok", azure_conversation(tokens=True))]
     cases += [(f"seed {s}", FAMILIES[args.family](s)) for s in range(a, b)]
+    return SweepInputs(model, spec, range(a, b), cases)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    try:
+        inputs = sweep_inputs(args)
+    except ValueError as exc:
+        ap.error(str(exc))
+    model, spec, cases = inputs.model, inputs.spec, inputs.cases
+    a, b = inputs.seeds.start, inputs.seeds.stop
     worse = over = costly = n = excluded = 0
     per_case: list[dict[str, Any]] = []
     tally = Tally()

@@ -32,7 +32,8 @@ sweep's lines and counts (DIR/SET/SWEEP.txt, .json), and `--compare OLD NEW` rea
 cases turned worse or dearer and how many stopped being, and in how many the violation minutes and
 the GPU-hours rose and fell (a rule that trades one for the other shows as both); `--set` is passed
 to every sweep (a field of the replayed service, as `autoscaling_seeds.py --set` reads it). It
-reports; its exit status is 1 only when a sweep could not run.
+reports; its exit status is 1 only when a sweep could not run. `bench/autoscaling_explain.py DIR`
+reads a kept run's worse and dearer cases minute by minute.
 """
 
 from __future__ import annotations

@@ -1,0 +1,91 @@
+"""`bench/autoscaling_explain.py`: a kept sweeps run's lost cases read minute by minute."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gem_operator.api.autoscaling import AutoscalingSpec
+from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
+
+from .conftest import bench_module
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPLAIN = ROOT / "bench" / "autoscaling_explain.py"
+STEP = ("--family", "step", "--seeds", "0:8")  # held-out/step, as autoscaling_sweeps.SETS has it
+
+
+def spec() -> AutoscalingSpec:
+    """Tolerance 0.1 both ways, a 5-minute down window."""
+    return AutoscalingSpec.model_validate({"minReplicas": 1, "maxReplicas": 60, "stabilizationSeconds": {"down": 300}})
+
+
+F, R, B, P, L = "first minutes", "rising", "before a rise", "under the down window's peak", "level"
+
+
+@pytest.mark.parametrize(
+    ("tail", "phases"),
+    [
+        # After ten level minutes of 100 (the first minutes): a step up, read before it in hindsight, then its level.
+        ([100, 130, 130, 130, 130, 130, 130], [B, R, R, R, R, L, L]),
+        # A fall: under the 5-minute peak for five minutes, then the new level is its own peak.
+        ([100, 80, 80, 80, 80, 80, 80], [L, P, P, P, P, P, L]),
+        # A trough the load climbs back from: the minutes before the climb are read in hindsight.
+        ([100, 70, 70, 100, 100, 100], [L, B, B, R, R, R]),
+        # Within the tolerances: a level.
+        ([100, 105, 95, 104, 96, 100], [L] * 6),
+    ],
+)
+def test_each_minute_has_the_phase_the_spec_tolerances_and_window_give(tail: list[int], phases: list[str]) -> None:
+    explain = bench_module("autoscaling_explain")
+    assert explain.PHASES == (F, R, B, P, L)
+    got = explain.load_phases([100.0] * explain.FIRST_MINUTES + [float(x) for x in tail], spec())
+    assert got[: explain.FIRST_MINUTES] == [F] * explain.FIRST_MINUTES
+    assert got[explain.FIRST_MINUTES :] == phases
+
+
+def test_a_case_explained_adds_up_to_its_runs() -> None:
+    """Step seed 6 / duplicate (the held-out step sweep), explained both ways: the minutes it names
+    are the policy's own over the SLO, and the phases' replica-minutes add up to the difference of
+    the two pools' replicas over the hour."""
+    explain, seeds, verdicts = (
+        bench_module(n) for n in ("autoscaling_explain", "autoscaling_seeds", "autoscaling_verdicts")
+    )
+    got = explain.explain_case(STEP, "seed 6", "duplicate", worse=True, dearer=True)
+    inputs = seeds.sweep_inputs(seeds.parser().parse_args(list(STEP)))
+    load = dict(inputs.cases)["seed 6"].series("duplicate")
+    report = simulate(load, inputs.spec, inputs.model, scale_mode="duplicate")
+    pol, rps = report.results[POLICY], report.results[HPA_RPS]
+    mine = explain.over_slo(pol, inputs.spec.slo.p99_latency_ms)
+    assert 0 < sum(got.lost_minutes.values()) <= len(mine)
+    assert got.lines[0].startswith(f"worse: {len(mine)} min over the SLO")
+    few = rps
+    if rps.slo_violation_minutes > pol.slo_violation_minutes:
+        few = verdicts.rps_at_as_few_violations(load, inputs.spec, inputs.model, pol.slo_violation_minutes).run[1]
+    total = sum(pol.replicas_per_minute) - sum(few.replicas_per_minute)
+    assert sum(got.extra_replica_minutes.values()) == pytest.approx(total)
+    assert got.lines[1].startswith("dearer:")
+    with pytest.raises(ValueError, match="seed 99"):
+        explain.explain_case(STEP, "seed 99", "duplicate", worse=True, dearer=False)
+
+
+def test_the_command_reads_a_kept_run_and_names_what_it_cannot(tmp_path: Path) -> None:
+    kept = tmp_path / "run" / "held-out"
+    kept.mkdir(parents=True)
+    case = {"case": "seed 6", "mode": "duplicate", "violation_minutes": 3, "worse": True, "dearer": False}
+    calm = {**case, "case": "seed 3", "worse": False}
+    (kept / "step.json").write_text(json.dumps({"per_case": [case, calm]}), encoding="utf-8")
+    run = [sys.executable, str(EXPLAIN), str(tmp_path / "run"), "--jobs", "1"]
+    done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "held-out/step seed 6 duplicate:\n  worse:" in done.stdout
+    assert "seed 3" not in done.stdout  # neither worse nor dearer: not replayed
+    assert "1 worse cases:" in done.stdout and "0 dearer cases:" in done.stdout
+    empty = subprocess.run([*run[:2], str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert empty.returncode == 2 and "holds no kept sweep" in empty.stderr
+    unknown = subprocess.run([*run, "--only", "held-out/nope"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert unknown.returncode == 2 and "--only: no set or sweep named held-out/nope" in unknown.stderr
