@@ -164,7 +164,10 @@ def kept_losses(root: Path, only: Sequence[str] = ()) -> list[Job]:
 
 def run_job(job: Job) -> Explained:
     name, args, case, mode, worse, dearer = job
-    got = explain_case(args, case, mode, worse=worse, dearer=dearer)
+    try:
+        got = explain_case(args, case, mode, worse=worse, dearer=dearer)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
     return Explained(f"{name} {got.where}", got.lines, got.lost_minutes, got.extra_replica_minutes)
 
 
@@ -186,13 +189,17 @@ def main(argv: list[str] | None = None) -> int:
     lost: Counter[str] = Counter()
     extra = dict.fromkeys(PHASES, 0.0)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for got in pool.map(run_job, jobs):
-            print(f"{got.where}:")
-            for line in got.lines:
-                print(f"  {line}")
-            lost += got.lost_minutes
-            for phase, minutes in got.extra_replica_minutes.items():
-                extra[phase] += minutes
+        try:
+            for got in pool.map(run_job, jobs):
+                print(f"{got.where}:")
+                for line in got.lines:
+                    print(f"  {line}")
+                lost += got.lost_minutes
+                for phase, minutes in got.extra_replica_minutes.items():
+                    extra[phase] += minutes
+        except ValueError as exc:  # a kept case this checkout's sweeps do not make
+            print(f"{ap.prog}: cannot replay {exc}", file=sys.stderr)
+            return 1
     worse, dearer = sum(j[4] for j in jobs), sum(j[5] for j in jobs)
     print(f"{worse} worse cases: minutes over the SLO the policy has and RPS at its GPU-hours has not, by phase:")
     print("  " + ", ".join(f"{p} {lost[p]}" for p in PHASES))

@@ -89,3 +89,7 @@ def test_the_command_reads_a_kept_run_and_names_what_it_cannot(tmp_path: Path) -
     assert empty.returncode == 2 and "holds no kept sweep" in empty.stderr
     unknown = subprocess.run([*run, "--only", "held-out/nope"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert unknown.returncode == 2 and "--only: no set or sweep named held-out/nope" in unknown.stderr
+    # A kept case the sweep does not make (its seeds changed since): named, with its sweep.
+    (kept / "step.json").write_text(json.dumps({"per_case": [{**case, "case": "seed 99"}]}), encoding="utf-8")
+    stale = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert stale.returncode == 1 and "cannot replay held-out/step: 'seed 99'" in stale.stderr
