@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not any(args.run.glob("*/*.json")):
         ap.error(f"DIR: {args.run} holds no kept sweep (DIR/SET/SWEEP.json from autoscaling_sweeps.py --out DIR)")
-    known = {s for s in SETS} | {f"{s}/{w}" for s, sweeps in SETS.items() for w, _ in sweeps}
+    known = set(SETS) | {f"{s}/{w}" for s, sweeps in SETS.items() for w, _ in sweeps}
     unknown = [name for name in args.only if name not in known]
     if unknown:
         ap.error(f"--only: no set or sweep named {', '.join(unknown)}")
@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 for phase, minutes in got.extra_replica_minutes.items():
                     extra[phase] += minutes
         except ValueError as exc:  # a kept case this checkout's sweeps do not make
+            pool.shutdown(cancel_futures=True)  # the cases not yet started are not replayed for nothing
             print(f"{ap.prog}: cannot replay {exc}", file=sys.stderr)
             return 1
     worse, dearer = sum(j[4] for j in jobs), sum(j[5] for j in jobs)
