@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoscaling_replay import MODES  # bench/ on sys.path
-from autoscaling_seeds import parser, sweep_inputs
+from autoscaling_seeds import SweepInputs, parser, sweep_inputs
 from autoscaling_sweeps import SETS
 from autoscaling_verdicts import rps_at_as_few_violations, rps_at_equal_gpu_hours
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
-from gem_operator.replay.report import PoolResult
+from gem_operator.replay.report import PoolResult, ReplayReport
+from gem_operator.replay.traces import LoadSeries
 
 FIRST_MINUTES = 10  # the ramp lead's window and the SLO loop's first windows fill in these
 RISE_MINUTES = 5  # a minute rises when it is over the mean of this many before it by more than tolerance.up
@@ -88,17 +89,23 @@ class Explained:
     extra_replica_minutes: dict[str, float] = field(default_factory=dict)  # dearer: above RPS at as few
 
 
-def explain_case(sweep_args: Sequence[str], case: str, mode: str, *, worse: bool, dearer: bool) -> Explained:
-    """Replay one kept case of a sweep (`sweep_args`: its `autoscaling_seeds.py` arguments) and say
-    where it lost: see the module docstring."""
+def replay_case(sweep_args: Sequence[str], case: str, mode: str) -> tuple[SweepInputs, LoadSeries, ReplayReport]:
+    """One kept case of a sweep (`sweep_args`: its `autoscaling_seeds.py` arguments) replayed: the
+    sweep's inputs, the case's load and its report. ValueError where the sweep makes no such case."""
     inputs = sweep_inputs(parser().parse_args(list(sweep_args)))
     scenario = dict(inputs.cases).get(case)
     scale_mode = next((m for m in MODES if m == mode), None)
     if scenario is None or scale_mode is None:
         raise ValueError(f"{case!r} / {mode!r}: no such case in a sweep of {' '.join(sweep_args)}")
     load = scenario.series(scale_mode)
+    return inputs, load, simulate(load, inputs.spec, inputs.model, scale_mode=scale_mode)
+
+
+def explain_case(sweep_args: Sequence[str], case: str, mode: str, *, worse: bool, dearer: bool) -> Explained:
+    """Replay one kept case of a sweep (`sweep_args`: its `autoscaling_seeds.py` arguments) and say
+    where it lost: see the module docstring."""
+    inputs, load, report = replay_case(sweep_args, case, mode)
     spec, model = inputs.spec, inputs.model
-    report = simulate(load, spec, model, scale_mode=scale_mode)
     pol, rps = report.results[POLICY], report.results[HPA_RPS]
     phases = load_phases(report.load_per_minute, spec.autoscaling)
     slo = spec.slo.p99_latency_ms
@@ -146,9 +153,9 @@ Job = tuple[str, tuple[str, ...], str, str, bool, bool]
 """(set/sweep, its arguments, case, mode, worse, dearer)."""
 
 
-def kept_losses(root: Path, only: Sequence[str] = ()) -> list[Job]:
-    """Every case a run kept with `--out ROOT` judged worse or dearer, in the sets' order; `only`:
-    SET or SET/SWEEP names to keep (none: all)."""
+def kept_cases(root: Path, only: Sequence[str] = (), *, losses_only: bool = True) -> list[Job]:
+    """The cases a run kept with `--out ROOT` judged worse or dearer (`losses_only` False: every
+    case), in the sets' order; `only`: SET or SET/SWEEP names to keep (none: all)."""
     jobs: list[Job] = []
     for set_name, sweeps in SETS.items():
         for sweep_name, args in sweeps:
@@ -157,9 +164,33 @@ def kept_losses(root: Path, only: Sequence[str] = ()) -> list[Job]:
             if (only and set_name not in only and name not in only) or not path.exists():
                 continue
             for case in json.loads(path.read_text(encoding="utf-8")).get("per_case", []):
-                if case["worse"] or case["dearer"]:
+                if case["worse"] or case["dearer"] or not losses_only:
                     jobs.append((name, args, str(case["case"]), str(case["mode"]), case["worse"], case["dearer"]))
     return jobs
+
+
+def kept_run_args(
+    doc: str | None, argv: list[str] | None, *, every: str | None = None
+) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The arguments of a script that reads a kept run (DIR, --only, --jobs; `every`: a flag that
+    reads every kept case, not only the losses), checked: each parser error (exit 2) names the
+    option and what it needs."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("run", type=Path, metavar="DIR", help="a run kept with bench/autoscaling_sweeps.py --out DIR")
+    ap.add_argument("--only", action="append", default=[], metavar="SET[/SWEEP]", help="only these sets or sweeps")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases replayed at once (one per CPU)")
+    if every is not None:
+        ap.add_argument(every, action="store_true", help="every kept case, not only those judged worse or dearer")
+    args = ap.parse_args(argv)
+    if not any(args.run.glob("*/*.json")):
+        ap.error(f"DIR: {args.run} holds no kept sweep (DIR/SET/SWEEP.json from autoscaling_sweeps.py --out DIR)")
+    known = set(SETS) | {f"{s}/{w}" for s, sweeps in SETS.items() for w, _ in sweeps}
+    unknown = [name for name in args.only if name not in known]
+    if unknown:
+        ap.error(f"--only: no set or sweep named {', '.join(unknown)}")
+    if args.jobs < 1:
+        ap.error(f"--jobs: {args.jobs}; replay at least one case at a time")
+    return ap, args
 
 
 def run_job(job: Job) -> Explained:
@@ -172,20 +203,8 @@ def run_job(job: Job) -> Explained:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, metavar="DIR", help="a run kept with bench/autoscaling_sweeps.py --out DIR")
-    ap.add_argument("--only", action="append", default=[], metavar="SET[/SWEEP]", help="only these sets or sweeps")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases replayed at once (one per CPU)")
-    args = ap.parse_args(argv)
-    if not any(args.run.glob("*/*.json")):
-        ap.error(f"DIR: {args.run} holds no kept sweep (DIR/SET/SWEEP.json from autoscaling_sweeps.py --out DIR)")
-    known = set(SETS) | {f"{s}/{w}" for s, sweeps in SETS.items() for w, _ in sweeps}
-    unknown = [name for name in args.only if name not in known]
-    if unknown:
-        ap.error(f"--only: no set or sweep named {', '.join(unknown)}")
-    if args.jobs < 1:
-        ap.error(f"--jobs: {args.jobs}; replay at least one case at a time")
-    jobs = kept_losses(args.run, args.only)
+    ap, args = kept_run_args(__doc__, argv)
+    jobs = kept_cases(args.run, args.only)
     lost: Counter[str] = Counter()
     extra = dict.fromkeys(PHASES, 0.0)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:

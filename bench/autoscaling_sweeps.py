@@ -33,7 +33,8 @@ cases turned worse or dearer and how many stopped being, and in how many the vio
 the GPU-hours rose and fell (a rule that trades one for the other shows as both); `--set` is passed
 to every sweep (a field of the replayed service, as `autoscaling_seeds.py --set` reads it). It
 reports; its exit status is 1 only when a sweep could not run. `bench/autoscaling_explain.py DIR`
-reads a kept run's worse and dearer cases minute by minute.
+reads a kept run's worse and dearer cases minute by minute, and `bench/autoscaling_spread.py DIR`
+judges its cases again on lines through RPS's runs at neighbouring targets (RPS's own spread).
 """
 
 from __future__ import annotations
