@@ -41,7 +41,9 @@ GPU-hours on batch bursts and cost violation minutes elsewhere; on the shared tr
 on RPS's 4.75 at equal GPU-hours, where the cut has 3 against 3 (docs/benchmarks.md, the bursts
 family). On bursts of one size the cut comes back at every burst, since between them no raise is
 in reach; remembering no error the reach blocked, or one such cut until the next raise, traded the
-same way (docs/benchmarks.md, "A ramp lead on noise, and the loop's cut on a return from below").
+same way (docs/benchmarks.md, "A ramp lead on noise, and the loop's cut on a return from below"),
+and so did taking nothing back where demand only returns to the hour's earlier peak ("RPS's own
+spread, and a return cut only past the earlier peak").
 
 A low p99 is evidence about the SM active the pool ran at, not about any higher target: while the
 stabilisation window keeps more replicas than the target asks for, the pool runs well below the
