@@ -1,5 +1,4 @@
-"""How much of a verdict against HPA on RPS is RPS's own spread: a kept sweeps run's cases judged again
-against a line through RPS re-run near the target each verdict read.
+"""How much of a verdict against HPA on RPS is RPS's own spread: a kept run's cases judged on RPS's lines.
 
 Run:  python bench/autoscaling_spread.py DIR [--only SET[/SWEEP] ...] [--jobs N] [--all]
 
@@ -75,6 +74,12 @@ def fitted(points: Sequence[Point]) -> Line:
     return Line(float(intercept), float(slope), float(residuals.std()))
 
 
+def minutes_on(line: Line, gpu_hours: float) -> float:
+    """RPS's violation minutes on `line` at `gpu_hours`. Pure. Never below 0: a line fitted through
+    runs with few minutes may cross zero, and a policy with none is not worse than it."""
+    return max(0.0, line.at(gpu_hours))
+
+
 def neighbours(utilisation: float) -> list[float]:
     """The targets RPS is re-run at around `utilisation` (itself included), none below `LOWEST`."""
     around = (utilisation + k * STEP for k in range(-NEIGHBOURS, NEIGHBOURS + 1))
@@ -119,7 +124,7 @@ def spread_case(sweep_args: Sequence[str], case: str, mode: str) -> Spread:
         at_run, near, at_gpu = float(rps.slo_violation_minutes), declared, rps.gpu_hours
     runs = rps_runs(load, spec, model, near)
     minutes_line = fitted([(r.gpu_hours, float(r.slo_violation_minutes)) for _, r in runs])
-    on_line = minutes_line.at(at_gpu)
+    on_line = minutes_on(minutes_line, at_gpu)
     worse = (minutes > at_run + 1e-9, minutes > on_line + 1e-9)
 
     # Dearer: the target whose run has as few minutes (RPS's own where it has).

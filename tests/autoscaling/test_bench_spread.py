@@ -32,6 +32,15 @@ def test_a_line_fits_its_points(
     assert (line.intercept, line.slope, line.spread) == pytest.approx((intercept, slope, spread), abs=1e-9)
 
 
+def test_minutes_on_a_line_are_never_below_zero() -> None:
+    """A line through runs of 2, 1 and 0 minutes crosses zero past them: a policy with no minute is
+    not worse than a line that reads -1 there."""
+    spread = bench_module("autoscaling_spread")
+    line = spread.fitted([(10.0, 2.0), (11.0, 1.0), (12.0, 0.0)])
+    assert line.at(13.0) == pytest.approx(-1.0)
+    assert spread.minutes_on(line, 13.0) == 0.0 and spread.minutes_on(line, 11.5) == pytest.approx(0.5)
+
+
 def test_no_line_without_points() -> None:
     with pytest.raises(ValueError, match="no points"):
         bench_module("autoscaling_spread").fitted([])
