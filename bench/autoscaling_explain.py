@@ -37,7 +37,7 @@ from pathlib import Path
 from autoscaling_replay import MODES  # bench/ on sys.path
 from autoscaling_seeds import SweepInputs, parser, sweep_inputs
 from autoscaling_sweeps import SETS
-from autoscaling_verdicts import rps_at_as_few_violations, rps_at_equal_gpu_hours
+from autoscaling_verdicts import rps_as_few_run, rps_at_equal_gpu_hours
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
@@ -133,12 +133,10 @@ def explain_case(sweep_args: Sequence[str], case: str, mode: str, *, worse: bool
             f"{at([m for m in theirs if m not in mine]) or 'none'}"
         )
     if dearer:
-        few = rps
-        if rps.slo_violation_minutes > pol.slo_violation_minutes:
-            found = rps_at_as_few_violations(load, spec, model, pol.slo_violation_minutes).run
-            if found is None:
-                raise ValueError(f"{case} {mode}: kept as dearer, but no RPS run has as few violation minutes")
-            few = found[1]
+        found = rps_as_few_run(load, spec, model, pol, rps)
+        if found is None:
+            raise ValueError(f"{case} {mode}: kept as dearer, but no RPS run has as few violation minutes")
+        few = found[1]
         for m, (a, b) in enumerate(zip(pol.replicas_per_minute, few.replicas_per_minute, strict=True)):
             extra[phases[m]] += a - b
         split = ", ".join(f"{p} {extra[p]:+.0f}" for p in PHASES if extra[p])

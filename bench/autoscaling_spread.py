@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from autoscaling_explain import Job, kept_cases, kept_run_args, replay_case  # bench/ on sys.path
-from autoscaling_verdicts import GPU_SLACK, rps_at_as_few_violations, rps_at_equal_gpu_hours
+from autoscaling_verdicts import GPU_SLACK, rps_as_few_run, rps_at_equal_gpu_hours
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
@@ -128,9 +128,7 @@ def spread_case(sweep_args: Sequence[str], case: str, mode: str) -> Spread:
     worse = (minutes > at_run + 1e-9, minutes > on_line + 1e-9)
 
     # Dearer: the target whose run has as few minutes (RPS's own where it has).
-    few_at: tuple[float, PoolResult] | None = (declared, rps)
-    if rps.slo_violation_minutes > minutes:
-        few_at = rps_at_as_few_violations(load, spec, model, minutes).run
+    few_at = rps_as_few_run(load, spec, model, pol, rps)
     if few_at is None:  # no RPS target has as few: the policy is not dearer on either reading
         dearer, few_text = (False, False), f"no RPS target down to {LOWEST} has as few as {minutes} violation min"
     else:

@@ -125,6 +125,18 @@ def rps_at_as_few_violations(load: LoadSeries, spec: RankingServiceSpec, model: 
     return RpsAsFew(minutes, best)
 
 
+def rps_as_few_run(
+    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, pol: PoolResult, rps: PoolResult
+) -> tuple[float, PoolResult] | None:
+    """The RPS run the comparison at as few violation minutes reads, with its utilisation target:
+    `rps` itself (at the declared target) where it has no more minutes than `pol`, otherwise
+    `rps_at_as_few_violations`'s run (None: no target down to 0.05 has as few). The scripts that
+    read a kept verdict again (`autoscaling_explain.py`, `autoscaling_spread.py`) read this run."""
+    if rps.slo_violation_minutes <= pol.slo_violation_minutes:
+        return model.utilisation_for_sm(spec.autoscaling.target_sm_active), rps
+    return rps_at_as_few_violations(load, spec, model, pol.slo_violation_minutes).run
+
+
 PASS, FAIL, OUT_OF_REACH = "PASS", "FAIL", "OUT OF REACH"
 GPU_SLACK = 1.05  # the policy may spend this x RPS's GPU-hours where RPS has as few violation minutes
 
