@@ -7,9 +7,10 @@ the policy lost, not where in the hour. This replays every case DIR judged worse
 minutes than HPA on RPS at equal GPU-hours) or dearer (over 1.05x RPS's GPU-hours at as few
 violation minutes) and says where:
 
-- worse: the minutes over the SLO in the policy's run and not in RPS's run that spends at least the
-  policy's GPU-hours (the upper of the two runs `rps_at_equal_gpu_hours` interpolates between),
-  and the minutes the other way round, each with both pools' replicas;
+- worse: the minutes over the SLO in the policy's run and not in RPS's run at equal GPU-hours
+  (RPS's own run where the policy spends no more, otherwise the upper of the two runs
+  `rps_at_equal_gpu_hours` interpolates between), and the minutes the other way round, each with
+  both pools' replicas;
 - dearer: the replica-minutes the policy ran above RPS at as few violation minutes (RPS's own run
   where it has as few, otherwise `rps_at_as_few_violations`'s);
 
@@ -37,7 +38,7 @@ from pathlib import Path
 from autoscaling_replay import MODES  # bench/ on sys.path
 from autoscaling_seeds import SweepInputs, parser, sweep_inputs
 from autoscaling_sweeps import SETS
-from autoscaling_verdicts import rps_as_few_run, rps_at_equal_gpu_hours
+from autoscaling_verdicts import rps_as_few_run, rps_equal_run
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
@@ -113,10 +114,7 @@ def explain_case(sweep_args: Sequence[str], case: str, mode: str, *, worse: bool
     lost: Counter[str] = Counter()
     extra = dict.fromkeys(PHASES, 0.0)
     if worse:
-        bracket = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours).above
-        if bracket is None:  # the bisection always ends with one; the type allows none
-            raise ValueError(f"{case} {mode}: no RPS run spends the policy's GPU-hours")
-        equal = bracket[1]
+        equal = rps_equal_run(load, spec, model, pol, rps)
         mine, theirs = over_slo(pol, slo), over_slo(equal, slo)
         only = [m for m in mine if m not in theirs]
         lost.update(phases[m] for m in only)

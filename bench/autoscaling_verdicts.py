@@ -125,6 +125,20 @@ def rps_at_as_few_violations(load: LoadSeries, spec: RankingServiceSpec, model: 
     return RpsAsFew(minutes, best)
 
 
+def rps_equal_run(
+    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, pol: PoolResult, rps: PoolResult
+) -> PoolResult:
+    """The RPS run the comparison at equal GPU-hours reads minute by minute: `rps` itself (at the
+    declared target) where the policy spends no more than it, as `verdicts` judges; otherwise the
+    upper of the two runs `rps_at_equal_gpu_hours` interpolates between (the one spending at least
+    the policy's GPU-hours)."""
+    if pol.gpu_hours <= rps.gpu_hours:
+        return rps
+    above = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours).above
+    assert above is not None  # the bisection always ends with one
+    return above[1]
+
+
 def rps_as_few_run(
     load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, pol: PoolResult, rps: PoolResult
 ) -> tuple[float, PoolResult] | None:

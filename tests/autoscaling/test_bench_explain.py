@@ -63,6 +63,13 @@ def test_a_case_explained_adds_up_to_its_runs() -> None:
     mine = explain.over_slo(pol, inputs.spec.slo.p99_latency_ms)
     assert 0 < sum(got.lost_minutes.values()) <= len(mine)
     assert got.lines[0].startswith(f"worse: {len(mine)} min over the SLO")
+    # The policy spends more than RPS at its declared target: the run compared minute by minute is
+    # the bisection's that spends at least the policy's GPU-hours.
+    assert pol.gpu_hours > rps.gpu_hours
+    equal = verdicts.rps_equal_run(load, inputs.spec, inputs.model, pol, rps)
+    assert equal.gpu_hours >= pol.gpu_hours
+    theirs = len(explain.over_slo(equal, inputs.spec.slo.p99_latency_ms))
+    assert f"RPS at {equal.gpu_hours / pol.gpu_hours:.3f}x the policy's GPU-hours {theirs};" in got.lines[0]
     few = rps
     if rps.slo_violation_minutes > pol.slo_violation_minutes:
         few = verdicts.rps_at_as_few_violations(load, inputs.spec, inputs.model, pol.slo_violation_minutes).run[1]
@@ -71,6 +78,29 @@ def test_a_case_explained_adds_up_to_its_runs() -> None:
     assert got.lines[1].startswith("dearer:")
     with pytest.raises(ValueError, match="seed 99"):
         explain.explain_case(STEP, "seed 99", "duplicate", worse=True, dearer=False)
+
+
+def test_a_case_that_spends_no_more_than_rps_is_read_against_rps_own_run() -> None:
+    """Step seed 1 / duplicate: the policy spends less than RPS at its declared target and has more
+    violation minutes (3 to 0). The verdict compares with RPS's own run, so explain reads that one,
+    not a bisection's run near the declared target."""
+    explain, seeds, verdicts = (
+        bench_module(n) for n in ("autoscaling_explain", "autoscaling_seeds", "autoscaling_verdicts")
+    )
+    got = explain.explain_case(STEP, "seed 1", "duplicate", worse=True, dearer=False)
+    inputs = seeds.sweep_inputs(seeds.parser().parse_args(list(STEP)))
+    load = dict(inputs.cases)["seed 1"].series("duplicate")
+    report = simulate(load, inputs.spec, inputs.model, scale_mode="duplicate")
+    pol, rps = report.results[POLICY], report.results[HPA_RPS]
+    assert pol.gpu_hours <= rps.gpu_hours
+    assert verdicts.rps_equal_run(load, inputs.spec, inputs.model, pol, rps) is rps
+    slo = inputs.spec.slo.p99_latency_ms
+    mine, theirs = explain.over_slo(pol, slo), explain.over_slo(rps, slo)
+    assert got.lines[0].startswith(
+        f"worse: {len(mine)} min over the SLO, RPS at {rps.gpu_hours / pol.gpu_hours:.3f}x the policy's "
+        f"GPU-hours {len(theirs)};"
+    )
+    assert sum(got.lost_minutes.values()) == len([m for m in mine if m not in theirs])
 
 
 def test_the_command_reads_a_kept_run_and_names_what_it_cannot(tmp_path: Path) -> None:
