@@ -19,7 +19,10 @@ sweeps, so that a rule tuned on one family shows what it costs on the others:
 - `start-ups` (72): the bench's fleet with pods that serve 45 s, 70 s and 3 minutes after they are
   ordered (the bench's own take 2 minutes) x six families at seeds 500-501: the ramp lead and the
   SLO loop's freezes are timed by the pool's start-up, and a rule that holds at one start-up may not
-  at another.
+  at another;
+- `far-seeds` (168): every family at seeds 1300-1303, and every fleet but the bench's x the
+  conversation, wave, step and walk families at seeds 1300-1301 (the unseen fleets had never run a
+  step or a walk): measured once the rules above were kept, where none of them was tuned.
 
 Each sweep runs as its own process (`--jobs` at a time, by default one per CPU) and writes its
 counts with `--json`. Printed: per sweep and per set, the cases, how many the policy had more
@@ -141,6 +144,23 @@ SETS: dict[str, tuple[Sweep, ...]] = {
         )
         for serves in (45, 70, 180)  # seconds from the order until the pod serves
         for family in ("poisson-hour", "conversation", "bursts", "wave", "ramp", "step")
+    ),
+    "far-seeds": (
+        *(_sweep(family, "--family", family, "--seeds", "1300:1304") for family in sorted(FAMILIES)),
+        *(
+            _sweep(
+                f"{fleet}-{family}",
+                "--fleet",
+                fleet,
+                "--family",
+                family,
+                "--seeds",
+                "1300:1302",
+                *(IDLE_FLOOR_TARGET if fleet == "idle-floor" else ()),
+            )
+            for fleet in ("single-server", "slow-start", "fast-start", "idle-floor", "steep-knee", "gentle-curve")
+            for family in ("conversation", "wave", "step", "walk")
+        ),
     ),
 }
 

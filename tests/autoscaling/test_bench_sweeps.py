@@ -27,6 +27,7 @@ SWEEPS = ROOT / "bench" / "autoscaling_sweeps.py"
         ("new-seeds", 72),
         ("decline-walk", 160),
         ("start-ups", 72),
+        ("far-seeds", 168),
     ],
 )
 def test_each_set_has_the_cases_the_docs_count(name: str, cases: int) -> None:
