@@ -70,6 +70,24 @@ def _sweep(name: str, *args: str) -> Sweep:
     return name, args
 
 
+def _fleet_sweeps(fleets: Sequence[str], families: Sequence[str], seeds: str) -> tuple[Sweep, ...]:
+    """One sweep per fleet x family, named FLEET-FAMILY; the idle-floor fleet with its own target."""
+    return tuple(
+        _sweep(
+            f"{fleet}-{family}",
+            "--fleet",
+            fleet,
+            "--family",
+            family,
+            "--seeds",
+            seeds,
+            *(IDLE_FLOOR_TARGET if fleet == "idle-floor" else ()),
+        )
+        for fleet in fleets
+        for family in families
+    )
+
+
 SETS: dict[str, tuple[Sweep, ...]] = {
     "bench": (
         _sweep("conversation", "--family", "conversation", "--seeds", "0:20", "--azure-conversation"),
@@ -104,19 +122,10 @@ SETS: dict[str, tuple[Sweep, ...]] = {
         _sweep("bursts-slow-start", "--family", "bursts", "--seeds", "0:8", "--fleet", "slow-start"),
         _sweep("bursts-single-server", "--family", "bursts", "--seeds", "0:8", "--fleet", "single-server"),
     ),
-    "unseen-fleets": tuple(
-        _sweep(
-            f"{fleet}-{family}",
-            "--fleet",
-            fleet,
-            "--family",
-            family,
-            "--seeds",
-            "400:402",
-            *(IDLE_FLOOR_TARGET if fleet == "idle-floor" else ()),
-        )
-        for fleet in ("fast-start", "idle-floor", "steep-knee", "gentle-curve")
-        for family in ("poisson-hour", "conversation", "wave", "bursts")
+    "unseen-fleets": _fleet_sweeps(
+        ("fast-start", "idle-floor", "steep-knee", "gentle-curve"),
+        ("poisson-hour", "conversation", "wave", "bursts"),
+        "400:402",
     ),
     "new-seeds": tuple(_sweep(family, "--family", family, "--seeds", "800:804") for family in sorted(FAMILIES)),
     "decline-walk": tuple(
@@ -147,19 +156,10 @@ SETS: dict[str, tuple[Sweep, ...]] = {
     ),
     "far-seeds": (
         *(_sweep(family, "--family", family, "--seeds", "1300:1304") for family in sorted(FAMILIES)),
-        *(
-            _sweep(
-                f"{fleet}-{family}",
-                "--fleet",
-                fleet,
-                "--family",
-                family,
-                "--seeds",
-                "1300:1302",
-                *(IDLE_FLOOR_TARGET if fleet == "idle-floor" else ()),
-            )
-            for fleet in ("single-server", "slow-start", "fast-start", "idle-floor", "steep-knee", "gentle-curve")
-            for family in ("conversation", "wave", "step", "walk")
+        *_fleet_sweeps(
+            ("single-server", "slow-start", "fast-start", "idle-floor", "steep-knee", "gentle-curve"),
+            ("conversation", "wave", "step", "walk"),
+            "1300:1302",
         ),
     ),
 }

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
+from gem_operator.replay.report import PoolResult
+from gem_operator.replay.traces import LoadSeries
 
 from .conftest import bench_module
 
@@ -48,18 +52,32 @@ def test_each_minute_has_the_phase_the_spec_tolerances_and_window_give(tail: lis
     assert got[explain.FIRST_MINUTES :] == phases
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """One case of the held-out step sweep, replayed as the sweep replays it."""
+
+    inputs: Any
+    load: LoadSeries
+    pol: PoolResult
+    rps: PoolResult
+
+
+def replayed(case: str, mode: str) -> Replayed:
+    seeds = bench_module("autoscaling_seeds")
+    inputs = seeds.sweep_inputs(seeds.parser().parse_args(list(STEP)))
+    load = dict(inputs.cases)[case].series(mode)
+    report = simulate(load, inputs.spec, inputs.model, scale_mode=mode)
+    return Replayed(inputs, load, report.results[POLICY], report.results[HPA_RPS])
+
+
 def test_a_case_explained_adds_up_to_its_runs() -> None:
     """Step seed 6 / duplicate (the held-out step sweep), explained both ways: the minutes it names
     are the policy's own over the SLO, and the phases' replica-minutes add up to the difference of
     the two pools' replicas over the hour."""
-    explain, seeds, verdicts = (
-        bench_module(n) for n in ("autoscaling_explain", "autoscaling_seeds", "autoscaling_verdicts")
-    )
+    explain, verdicts = bench_module("autoscaling_explain"), bench_module("autoscaling_verdicts")
     got = explain.explain_case(STEP, "seed 6", "duplicate", worse=True, dearer=True)
-    inputs = seeds.sweep_inputs(seeds.parser().parse_args(list(STEP)))
-    load = dict(inputs.cases)["seed 6"].series("duplicate")
-    report = simulate(load, inputs.spec, inputs.model, scale_mode="duplicate")
-    pol, rps = report.results[POLICY], report.results[HPA_RPS]
+    case = replayed("seed 6", "duplicate")
+    inputs, load, pol, rps = case.inputs, case.load, case.pol, case.rps
     mine = explain.over_slo(pol, inputs.spec.slo.p99_latency_ms)
     assert 0 < sum(got.lost_minutes.values()) <= len(mine)
     assert got.lines[0].startswith(f"worse: {len(mine)} min over the SLO")
@@ -84,14 +102,10 @@ def test_a_case_that_spends_no_more_than_rps_is_read_against_rps_own_run() -> No
     """Step seed 1 / duplicate: the policy spends less than RPS at its declared target and has more
     violation minutes (3 to 0). The verdict compares with RPS's own run, so explain reads that one,
     not a bisection's run near the declared target."""
-    explain, seeds, verdicts = (
-        bench_module(n) for n in ("autoscaling_explain", "autoscaling_seeds", "autoscaling_verdicts")
-    )
+    explain, verdicts = bench_module("autoscaling_explain"), bench_module("autoscaling_verdicts")
     got = explain.explain_case(STEP, "seed 1", "duplicate", worse=True, dearer=False)
-    inputs = seeds.sweep_inputs(seeds.parser().parse_args(list(STEP)))
-    load = dict(inputs.cases)["seed 1"].series("duplicate")
-    report = simulate(load, inputs.spec, inputs.model, scale_mode="duplicate")
-    pol, rps = report.results[POLICY], report.results[HPA_RPS]
+    case = replayed("seed 1", "duplicate")
+    inputs, load, pol, rps = case.inputs, case.load, case.pol, case.rps
     assert pol.gpu_hours <= rps.gpu_hours
     assert verdicts.rps_equal_run(load, inputs.spec, inputs.model, pol, rps) is rps
     slo = inputs.spec.slo.p99_latency_ms
