@@ -13,7 +13,7 @@ from gem_operator.replay.report import HPA_RPS, POLICY, STATIC_PEAK, PoolResult,
 from gem_operator.replay.service_model import ServiceModel
 from gem_operator.replay.traces import LoadSeries
 
-from .conftest import bench_module
+from .conftest import bench_module, pool_result, replay_report
 
 
 @pytest.fixture(scope="module")
@@ -21,34 +21,9 @@ def bench() -> ModuleType:
     return bench_module("autoscaling_verdicts")
 
 
-def pool(name: str, gpu_hours: float, violations: int, judged: int = 57, changes: float = 1.0) -> PoolResult:
-    return PoolResult(
-        name=name,
-        gpu_hours=gpu_hours,
-        slo_violation_minutes=violations,
-        direction_changes_per_hour=changes,
-        peak_replicas=1,
-        scaling_events=0,
-        mean_replicas=1.0,
-        replicas_per_minute=[],
-        p99_ms_per_minute=[],
-        sm_active_per_minute=[],
-        judged_minutes=judged,
-    )
-
-
 def report(pol: PoolResult, rps: PoolResult, static: float = 36.0) -> ReplayReport:
-    return ReplayReport(
-        duration_seconds=3600,
-        slo_ms=40.0,
-        service="s",
-        trace="t",
-        scale=1.0,
-        model=ServiceModel(),
-        load_per_minute=[1.0] * 60,
-        requests_per_minute=[1.0] * 60,
-        results={POLICY: pol, HPA_RPS: rps, STATIC_PEAK: pool(STATIC_PEAK, static, 0)},
-        warmup_minutes=3,
+    return replay_report(
+        {POLICY: pol, HPA_RPS: rps, STATIC_PEAK: pool_result(STATIC_PEAK, static, 0)}, warmup_minutes=3
     )
 
 
@@ -57,7 +32,7 @@ def statuses(checks: list[tuple[str, str, str]]) -> dict[str, str]:
 
 
 def test_a_miss_the_oracle_cannot_reach_is_out_of_reach_not_a_pass(bench: Any) -> None:
-    r = report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 20.0, 3))  # 3/57 = 5.3 % > 3 %
+    r = report(pool_result(POLICY, 20.0, 3), pool_result(HPA_RPS, 20.0, 3))  # 3/57 = 5.3 % > 3 %
     out = bench.Reach(False, 3.51, 1.35, 5.26, 1.75, 0.867)
     got = statuses(bench.verdicts(r, True, None, out))
     assert got["SLO-violation minutes after warm-up"] == bench.OUT_OF_REACH
@@ -71,14 +46,14 @@ def test_a_miss_the_oracle_cannot_reach_is_out_of_reach_not_a_pass(bench: Any) -
 
 def test_a_miss_an_rps_baseline_meets_is_a_fail(bench: Any) -> None:
     # RPS meets 3 % (1/57) within 0.75 of static GPU-hours: the target is reachable whatever the oracle says.
-    r = report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 25.0, 1))
+    r = report(pool_result(POLICY, 20.0, 3), pool_result(HPA_RPS, 25.0, 1))
     out = bench.Reach(False, 3.51, 1.35, 5.26, None, None)
     got = statuses(bench.verdicts(r, True, None, out))
     assert got["SLO-violation minutes after warm-up"] == bench.FAIL
 
 
 def test_more_violation_minutes_than_rps_is_always_a_fail(bench: Any) -> None:
-    r = report(pool(POLICY, 20.0, 4), pool(HPA_RPS, 20.0, 3))
+    r = report(pool_result(POLICY, 20.0, 4), pool_result(HPA_RPS, 20.0, 3))
     out = bench.Reach(False, 3.51, 1.35, 5.26, 1.75, 0.867)
     got = statuses(bench.verdicts(r, True, None, out))
     assert got["vs RPS baseline at equal or lower GPU-hours"] == bench.FAIL
@@ -89,11 +64,13 @@ def test_more_violation_minutes_than_rps_is_always_a_fail(bench: Any) -> None:
 def test_a_sweep_line_names_each_missed_target_and_the_tally_counts_them(bench: Any) -> None:
     """The seed sweep judges every case as the main bench does: a case's line names the targets it
     misses, FAIL and OUT OF REACH apart, and the sweep's tally counts them per target."""
-    met = bench.verdicts(report(pool(POLICY, 20.0, 1), pool(HPA_RPS, 20.0, 3)), True)
+    met = bench.verdicts(report(pool_result(POLICY, 20.0, 1), pool_result(HPA_RPS, 20.0, 3)), True)
     assert bench.missed(met) == ""
     # 5.3 % of minutes the oracle cannot reach, 0.83 of static GPU-hours, 5 direction changes in the hour.
     out = bench.Reach(False, 3.51, 1.35, 5.26, 1.75, 0.867)
-    heavy = bench.verdicts(report(pool(POLICY, 30.0, 3, changes=5.0), pool(HPA_RPS, 31.0, 3)), True, None, out)
+    heavy = bench.verdicts(
+        report(pool_result(POLICY, 30.0, 3, changes=5.0), pool_result(HPA_RPS, 31.0, 3)), True, None, out
+    )
     assert bench.missed(heavy) == "FAIL: GPU-hours, direction changes; OUT OF REACH: SLO minutes"
     tally = bench.Tally()
     for checks in (met, heavy, heavy):
@@ -104,15 +81,15 @@ def test_a_sweep_line_names_each_missed_target_and_the_tally_counts_them(bench: 
     assert said.endswith("vs RPS at as few minutes 0, direction changes 2")
     # A miss the oracle reaches with more headroom is a FAIL; at the oracle's x1 floor it is said so.
     reachable = bench.Reach(True, 1.75, 1.5, 5.3, 1.5, 0.7)  # the oracle at x1: 5.3 % of minutes
-    floor = bench.verdicts(report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 20.0, 3)), True, None, reachable)
+    floor = bench.verdicts(report(pool_result(POLICY, 20.0, 3), pool_result(HPA_RPS, 20.0, 3)), True, None, reachable)
     assert bench.missed(floor) == "FAIL: SLO minutes"
     said_floor = dict((k, v) for k, v, _ in floor)["SLO-violation minutes after warm-up"]
     assert "at the reactive oracle's floor (x1: 5.30%), reported as such" in said_floor
-    above = bench.verdicts(report(pool(POLICY, 20.0, 4), pool(HPA_RPS, 20.0, 4)), True, None, reachable)
+    above = bench.verdicts(report(pool_result(POLICY, 20.0, 4), pool_result(HPA_RPS, 20.0, 4)), True, None, reachable)
     assert "floor" not in dict((k, v) for k, v, _ in above)["SLO-violation minutes after warm-up"]
     # Out of reach is no FAIL: the note is not added there.
     beyond = bench.Reach(False, 5.3, 1.0, 5.3, 1.75, 0.867)
-    unreached = bench.verdicts(report(pool(POLICY, 20.0, 3), pool(HPA_RPS, 20.0, 3)), True, None, beyond)
+    unreached = bench.verdicts(report(pool_result(POLICY, 20.0, 3), pool_result(HPA_RPS, 20.0, 3)), True, None, beyond)
     assert statuses(unreached)["SLO-violation minutes after warm-up"] == bench.OUT_OF_REACH
     assert "reported as such" not in dict((k, v) for k, v, _ in unreached)["SLO-violation minutes after warm-up"]
     assert bench.missed(floor, at_floor=True) == "FAIL: SLO minutes (at the oracle's x1 floor)"
@@ -127,8 +104,8 @@ def test_rps_at_equal_gpu_hours_is_interpolated_between_the_runs_around_it(
 ) -> None:
     # The policy spends 3.71 GPU-h, more than RPS at its default calibration (3.2). The re-runs
     # bracket it: 4 minutes at 3.60 GPU-h, 2 minutes at 3.86; at 3.71 RPS has ~3.15 minutes.
-    r = report(pool(POLICY, 3.71, policy_minutes), pool(HPA_RPS, 3.2, 5), static=10.0)
-    iso = bench.RpsAtEqualGpu(3.71, (0.4, pool(HPA_RPS, 3.60, 4)), (0.45, pool(HPA_RPS, 3.86, 2)))
+    r = report(pool_result(POLICY, 3.71, policy_minutes), pool_result(HPA_RPS, 3.2, 5), static=10.0)
+    iso = bench.RpsAtEqualGpu(3.71, (0.4, pool_result(HPA_RPS, 3.60, 4)), (0.45, pool_result(HPA_RPS, 3.86, 2)))
     assert iso.violation_minutes() == pytest.approx(4 - 2 * 0.11 / 0.26)
     checks = dict((k, (v, st)) for k, v, st in bench.verdicts(r, False, iso, None))
     text, got = checks["vs RPS baseline at equal or lower GPU-hours"]
@@ -137,7 +114,7 @@ def test_rps_at_equal_gpu_hours_is_interpolated_between_the_runs_around_it(
 
 
 def test_rps_at_equal_gpu_hours_with_one_run_uses_it(bench: Any) -> None:
-    iso = bench.RpsAtEqualGpu(3.71, None, (0.05, pool(HPA_RPS, 3.9, 6)))
+    iso = bench.RpsAtEqualGpu(3.71, None, (0.05, pool_result(HPA_RPS, 3.9, 6)))
     assert iso.violation_minutes() == 6.0
 
 
@@ -146,27 +123,29 @@ def test_gpu_hours_at_as_few_violation_minutes(bench: Any) -> None:
     name = "vs RPS baseline at as few violation minutes"
 
     def judge(pol: PoolResult, rps: PoolResult, few: Any = None) -> tuple[str, str]:
-        iso = bench.RpsAtEqualGpu(pol.gpu_hours, None, (0.3, pool(HPA_RPS, pol.gpu_hours + 1, 0)))
+        iso = bench.RpsAtEqualGpu(pol.gpu_hours, None, (0.3, pool_result(HPA_RPS, pol.gpu_hours + 1, 0)))
         checks = {k: (v, st) for k, v, st in bench.verdicts(report(pol, rps), True, iso, None, few)}
         return checks[name]
 
     # RPS at its default calibration has as few minutes (2 <= 3): judged against its GPU-hours.
-    assert judge(pool(POLICY, 21.0, 3), pool(HPA_RPS, 20.0, 2))[1] == bench.PASS  # 1.05x
-    assert judge(pool(POLICY, 21.1, 3), pool(HPA_RPS, 20.0, 2))[1] == bench.FAIL
+    assert judge(pool_result(POLICY, 21.0, 3), pool_result(HPA_RPS, 20.0, 2))[1] == bench.PASS  # 1.05x
+    assert judge(pool_result(POLICY, 21.1, 3), pool_result(HPA_RPS, 20.0, 2))[1] == bench.FAIL
     # RPS has more at its default: the re-run that reaches as few minutes is the reference.
     text, status = judge(
-        pool(POLICY, 21.0, 1), pool(HPA_RPS, 18.0, 4), bench.RpsAsFew(1, (0.5, pool(HPA_RPS, 19.0, 1)))
+        pool_result(POLICY, 21.0, 1),
+        pool_result(HPA_RPS, 18.0, 4),
+        bench.RpsAsFew(1, (0.5, pool_result(HPA_RPS, 19.0, 1))),
     )
     assert status == bench.FAIL and "19.00" in text
-    few = bench.RpsAsFew(1, (0.45, pool(HPA_RPS, 20.5, 1)))
-    assert judge(pool(POLICY, 21.0, 1), pool(HPA_RPS, 18.0, 4), few)[1] == bench.PASS
+    few = bench.RpsAsFew(1, (0.45, pool_result(HPA_RPS, 20.5, 1)))
+    assert judge(pool_result(POLICY, 21.0, 1), pool_result(HPA_RPS, 18.0, 4), few)[1] == bench.PASS
     # RPS never reaches as few: nothing to compare, said so.
-    text, status = judge(pool(POLICY, 21.0, 1), pool(HPA_RPS, 18.0, 4), bench.RpsAsFew(1, None))
+    text, status = judge(pool_result(POLICY, 21.0, 1), pool_result(HPA_RPS, 18.0, 4), bench.RpsAsFew(1, None))
     assert status == bench.PASS and "never as few" in text
 
 
 def test_the_slo_minute_target_may_be_set_per_case(bench: Any) -> None:
-    r = report(pool(POLICY, 20.0, 1), pool(HPA_RPS, 20.0, 1))  # 1/57 = 1.75 %
+    r = report(pool_result(POLICY, 20.0, 1), pool_result(HPA_RPS, 20.0, 1))  # 1/57 = 1.75 %
     assert statuses(bench.verdicts(r, False))["SLO-violation minutes after warm-up"] == bench.FAIL
     assert statuses(bench.verdicts(r, False, limit=3.0))["SLO-violation minutes after warm-up"] == bench.PASS
 

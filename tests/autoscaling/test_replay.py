@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from gem_operator.replay.engine import (
     simulate,
     to_series,
 )
-from gem_operator.replay.report import most_in_an_hour
+from gem_operator.replay.report import LEARNED_BELOW, most_in_an_hour
 from gem_operator.replay.service_model import (
     Pool,
     ProfileError,
@@ -41,6 +42,8 @@ from gem_operator.replay.service_model import (
 )
 from gem_testbed.plots.replay import plot_report
 from gem_workloads.replay.trace import load_trace as workloads_load_trace
+
+from .conftest import pool_result, replay_report
 
 # The shared Azure trace, shipped in the repo with its attribution (data/traces/README.md).
 SHARED = Path(__file__).resolve().parents[2] / "data" / "traces" / "azure-llm-2023-code.csv"
@@ -533,6 +536,53 @@ def test_a_service_with_its_autoscaler_off_is_told_what_enabling_it_would_do(tmp
     assert "autoscaling_disabled" not in on.to_dict(timeline=False)
     assert "spec.autoscaling.enabled is false" not in on.to_table()
     assert on.results[POLICY].gpu_hours == report.results[POLICY].gpu_hours  # the what-if runs as if on
+
+
+def test_a_fleet_whose_p99_needs_a_lower_target_is_told_the_one_the_loop_learned(tmp_path: Path, service: Path) -> None:
+    """A fleet whose p99 is a straight line from 15 ms idle to 60 ms at full load: the 40 ms SLO
+    falls below the declared 0.6, and the SLO loop spends the replay cutting its way down. The
+    report names the target it learned, to declare instead; on the default curve it says nothing."""
+    profile = tmp_path / "gentle.json"
+    profile.write_text(json.dumps({"latency_p99_ms": [[0.0, 15.0], [1.0, 60.0]]}))
+    report = run_replay(step_trace(tmp_path), service, profile=profile)
+    path = [t for t in report.results[POLICY].effective_target_per_minute if t is not None]
+    learned = report.learned_target()
+    assert learned is not None and learned.declared == 0.6
+    assert learned.end == path[-1] and learned.highest <= LEARNED_BELOW * 0.6
+    assert learned.minutes == report.minutes - report.minutes // 2
+    table = report.to_table()
+    assert (
+        f"note: policy: the SLO loop held the SM target at or below {learned.highest:.2f} "
+        f"({learned.highest / 0.6:.2f} x targetSmActive 0.6) for the last {learned.minutes} min"
+    ) in table
+    assert f"declare spec.autoscaling.targetSmActive near {learned.end:.2f}" in table
+    assert report.to_dict(timeline=False)["learned_target"]["end"] == round(learned.end, 3)
+    plain = run_replay(step_trace(tmp_path), service)
+    assert plain.learned_target() is None and "learned_target" not in plain.to_dict(timeline=False)
+    assert "SLO loop held" not in plain.to_table()
+
+
+@pytest.mark.parametrize(
+    ("second_half", "said"),
+    [
+        ([0.48, 0.40, 0.45], True),  # at most 0.8 x 0.6 throughout
+        ([0.48, 0.40, 0.49], False),  # one minute above: a cut it was giving back
+        ([None, 0.42, None], True),  # minutes with no decision are not read
+        ([None, None, None], False),  # no path: nothing to say
+    ],
+)
+def test_only_a_whole_second_half_well_below_the_declared_target_is_said(
+    second_half: list[float | None], said: bool
+) -> None:
+    pol = pool_result(POLICY)
+    pol.effective_target_per_minute = [0.6, 0.5, 0.5, *second_half]
+    report = replay_report({POLICY: pol}, minutes=6, target_sm_active=0.6)
+    learned = report.learned_target()
+    assert (learned is not None) == said
+    if learned is not None:
+        assert learned.end == [t for t in second_half if t is not None][-1] and learned.minutes == 3
+    undeclared = dataclasses.replace(report, target_sm_active=None)
+    assert undeclared.learned_target() is None
 
 
 def test_main_json_table_and_plot(tmp_path: Path, service: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -296,15 +296,7 @@ def simulate(
 
     rps_window = max(1, round(rps_window_seconds)) if rps_window_seconds else sync_every
 
-    # The most replicas an autoscaled pool may hold: maxReplicas, or fewer where the cluster's GPUs
-    # run out first (pods without GPUs never do). Violation minutes spent there are the ceiling's,
-    # not the policy's, and a user replaying their own trace needs to be told so (static peak is
-    # not capped).
-    ceiling, ceiling_source = a.max_replicas, "spec.autoscaling.maxReplicas"
-    if cluster_gpus is not None and gpus > 0 and max(a.min_replicas, cluster_gpus // gpus) < ceiling:
-        ceiling = max(a.min_replicas, cluster_gpus // gpus)
-        ceiling_source = f"--cluster-gpus {cluster_gpus} at gpusPerReplica {gpus}"
-
+    ceiling, ceiling_source = pool_ceiling(spec, cluster_gpus)
     rules: dict[str, tuple[Decide | None, int]] = {
         POLICY: (policy_rule(spec_override or spec, slo_ms, sync_every, gpus, cluster_gpus, targets), start_n),
         STATIC_PEAK: (None, static_n),
@@ -350,7 +342,19 @@ def simulate(
         static_set_by=static_set_by,
         fixed_replicas=None if a.enabled else spec.replicas,
         peak_load_replicas=peak_need,
+        target_sm_active=(spec_override or spec).autoscaling.target_sm_active,
     )
+
+
+def pool_ceiling(spec: RankingServiceSpec, cluster_gpus: int | None) -> tuple[int, str]:
+    """The most replicas an autoscaled pool may hold, and what sets it: maxReplicas, or fewer where
+    the cluster's GPUs run out first (pods without GPUs never do). Violation minutes spent there are
+    the ceiling's, not the policy's, and a user replaying their own trace needs to be told so
+    (static peak is not capped)."""
+    a, gpus = spec.autoscaling, spec.gpus_per_replica
+    if cluster_gpus is not None and gpus > 0 and max(a.min_replicas, cluster_gpus // gpus) < a.max_replicas:
+        return max(a.min_replicas, cluster_gpus // gpus), f"--cluster-gpus {cluster_gpus} at gpusPerReplica {gpus}"
+    return a.max_replicas, "spec.autoscaling.maxReplicas"
 
 
 def policy_rule(

@@ -71,6 +71,43 @@ def most_in_an_hour(times: Sequence[float]) -> int:
     return most
 
 
+# A target the SLO loop holds at or below this fraction of targetSmActive for a replay's second half
+# is one the declared target does not give (a burst's cut is about a tenth, and is given back).
+LEARNED_BELOW = 0.8
+
+
+@dataclass(frozen=True)
+class LearnedTarget:
+    """Where the SLO loop held the SM target, well below the declared one, for a replay's second half.
+
+    A pool starts at `targetSmActive`, and the loop learns its way down a window at a time, over the
+    SLO's band (or the SLO itself) until it has: on a fleet whose p99 needs less SM active than
+    declared, every new pool pays that again. The replay says so, with the target to declare.
+    """
+
+    declared: float
+    end: float  # the target at the replay's last minute
+    highest: float  # the highest in the second half
+    minutes: int  # the minutes of the second half
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "declared": self.declared,
+            "end": round(self.end, 3),
+            "highest_in_second_half": round(self.highest, 3),
+            "second_half_minutes": self.minutes,
+        }
+
+    def note(self) -> str:
+        return (
+            f"note: policy: the SLO loop held the SM target at or below {self.highest:.2f} "
+            f"({self.highest / self.declared:.2f} x targetSmActive {self.declared:g}) for the last {self.minutes} min "
+            f"and ended at {self.end:.2f}: the p99 needs less SM active than declared on this fleet and traffic; "
+            f"a pool starts at targetSmActive and spends its first windows learning this again, so declare "
+            f"spec.autoscaling.targetSmActive near {self.end:.2f}"
+        )
+
+
 @dataclass
 class ReplayReport:
     """Result of a replay: one PoolResult per policy, plus per-minute load."""
@@ -95,6 +132,7 @@ class ReplayReport:
     # spec.replicas when the service's built-in autoscaler is off (the operator then holds it): the
     # policy row is then what turning it on would do, and the report says so.
     fixed_replicas: int | None = None
+    target_sm_active: float | None = None  # the spec's declared target, which the SLO loop's path is read against
 
     @property
     def minutes(self) -> int:
@@ -118,6 +156,7 @@ class ReplayReport:
             "ceiling": {"replicas": self.ceiling_replicas, "set_by": self.ceiling_source},
             "static_peak_sizing": {"set_by": self.static_set_by, "peak_load_needs": self.peak_load_replicas},
             **({"autoscaling_disabled": {"replicas": self.fixed_replicas}} if self.fixed_replicas is not None else {}),
+            **({"learned_target": learned.to_dict()} if (learned := self.learned_target()) is not None else {}),
             "service_model": self.model.describe(),
             "policy": self.results[POLICY].summary(),
             "baselines": {k: self.results[k].summary() for k in (STATIC_PEAK, HPA_RPS)},
@@ -171,6 +210,16 @@ class ReplayReport:
         lines.extend(self.sizing_notes())
         return "\n".join(lines)
 
+    def learned_target(self) -> LearnedTarget | None:
+        """The SLO loop's target where it held well below the declared one for the replay's whole
+        second half (None: it did not, or the report has no path of it)."""
+        declared = self.target_sm_active
+        path = self.results[POLICY].effective_target_per_minute if POLICY in self.results else []
+        half = [t for t in path[len(path) // 2 :] if t is not None]
+        if declared is None or not half or max(half) > LEARNED_BELOW * declared:
+            return None
+        return LearnedTarget(declared, half[-1], max(half), len(path) - len(path) // 2)
+
     def sizing_notes(self) -> list[str]:
         """Lines saying where the pools' bounds, not the policy, explain the figures: static peak held
         at minReplicas above the load's need, static peak sized above the autoscaled pools' ceiling,
@@ -188,6 +237,9 @@ class ReplayReport:
                 f"note: static peak provisioning holds minReplicas, {static.peak_replicas} replicas: the peak load "
                 f"needs only {self.peak_load_replicas}, and the autoscaled pools never go below minReplicas either"
             )
+        learned = self.learned_target()
+        if learned is not None:
+            notes.append(learned.note())
         if self.ceiling_replicas is None:
             return notes
         if static is not None and static.peak_replicas > self.ceiling_replicas:
@@ -206,4 +258,4 @@ class ReplayReport:
         return notes
 
 
-__all__ = ["HPA_RPS", "POLICY", "POOLS", "STATIC_PEAK", "PoolResult", "ReplayReport"]
+__all__ = ["HPA_RPS", "LEARNED_BELOW", "POLICY", "POOLS", "STATIC_PEAK", "LearnedTarget", "PoolResult", "ReplayReport"]
