@@ -64,6 +64,32 @@ def test_crd_surface(info: Any) -> None:
     assert any(c["name"] == "Phase" for c in version["additionalPrinterColumns"])
 
 
+@pytest.mark.parametrize("info", KINDS, ids=lambda i: i.kind)
+def test_every_printer_column_reads_a_field_of_the_schema(info: Any) -> None:
+    """A column whose path names no field prints <none> in every row, and kubectl says nothing: each
+    path under .spec or .status (up to a filter, as the Ready condition's) names a property."""
+    version = build_crd(info)["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    for column in version["additionalPrinterColumns"]:
+        path = column["jsonPath"].split("[")[0].strip(".").split(".")
+        if path[0] == "metadata":
+            continue
+        node = schema
+        for name in path:
+            node = node.get("items", node)  # a list is read through its items
+            assert name in node.get("properties", {}), f"{column['name']}: {column['jsonPath']} names no field"
+            node = node["properties"][name]
+
+
+def test_the_learned_sm_target_and_p99_are_in_the_wide_listing() -> None:
+    columns = {
+        c["name"]: c for c in build_crd(kind_info("RankingService"))["spec"]["versions"][0]["additionalPrinterColumns"]
+    }
+    assert columns["SM-Target"]["jsonPath"] == ".status.autoscaling.effectiveTargetSmActive"
+    assert columns["P99-ms"]["jsonPath"] == ".status.autoscaling.p99LatencyMs"
+    assert columns["SM-Target"]["priority"] == columns["P99-ms"]["priority"] == 1  # -o wide, as Model-Load-s
+
+
 def test_scale_subresource_on_pools_only() -> None:
     scalable = {i.kind for i in KINDS if "scale" in build_crd(i)["spec"]["versions"][0]["subresources"]}
     assert scalable == {"RankingService", "SolarisPrecompute"}
