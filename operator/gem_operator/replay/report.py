@@ -221,10 +221,11 @@ class ReplayReport:
         return LearnedTarget(declared, half[-1], max(half), len(path) - len(path) // 2)
 
     def sizing_notes(self) -> list[str]:
-        """Lines saying where the pools' bounds, not the policy, explain the figures: static peak held
-        at minReplicas above the load's need, static peak sized above the autoscaled pools' ceiling,
-        and SLO minutes spent holding that ceiling. Without them a replay of a
-        trace the service was never sized for reads as a policy that does not scale."""
+        """Lines saying where the spec, not the policy, explains the figures: static peak held at
+        minReplicas above the load's need, a declared target the SLO loop held far below
+        (`learned_target`), static peak sized above the autoscaled pools' ceiling, and SLO minutes
+        spent holding that ceiling. Without them a replay of a trace the service was never sized
+        for reads as a policy that does not scale, or one that learns for half an hour."""
         notes = []
         if self.fixed_replicas is not None:
             notes.append(
