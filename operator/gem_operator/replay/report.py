@@ -71,8 +71,9 @@ def most_in_an_hour(times: Sequence[float]) -> int:
     return most
 
 
-# A target the SLO loop holds at or below this fraction of targetSmActive for a replay's second half
-# is one the declared target does not give (a burst's cut is about a tenth, and is given back).
+# A target the SLO loop holds at or below this fraction of targetSmActive for a replay's whole second
+# half is one the p99 needs on that fleet and traffic, not a cut for a burst (each cut is about a
+# tenth, and the loop gives it back once the p99 has room).
 LEARNED_BELOW = 0.8
 
 
