@@ -38,7 +38,7 @@ from pathlib import Path
 from autoscaling_replay import MODES  # bench/ on sys.path
 from autoscaling_seeds import SweepInputs, parser, sweep_inputs
 from autoscaling_sweeps import SETS
-from autoscaling_verdicts import rps_as_few_run, rps_equal_run
+from autoscaling_verdicts import rps_as_few_run, rps_at_equal
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
@@ -114,7 +114,7 @@ def explain_case(sweep_args: Sequence[str], case: str, mode: str, *, worse: bool
     lost: Counter[str] = Counter()
     extra = dict.fromkeys(PHASES, 0.0)
     if worse:
-        equal = rps_equal_run(load, spec, model, pol, rps)
+        equal = rps_at_equal(load, spec, model, pol, rps).run
         mine, theirs = over_slo(pol, slo), over_slo(equal, slo)
         only = [m for m in mine if m not in theirs]
         lost.update(phases[m] for m in only)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from autoscaling_explain import Job, kept_cases, kept_run_args, replay_case  # bench/ on sys.path
-from autoscaling_verdicts import GPU_SLACK, rps_as_few_run, rps_at_equal_gpu_hours
+from autoscaling_verdicts import GPU_SLACK, rps_as_few_run, rps_at_equal
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.engine import HPA_RPS, POLICY, simulate
@@ -112,17 +112,12 @@ def spread_case(sweep_args: Sequence[str], case: str, mode: str) -> Spread:
     inputs, load, report = replay_case(sweep_args, case, mode)
     spec, model = inputs.spec, inputs.model
     pol, rps = report.results[POLICY], report.results[HPA_RPS]
-    declared = model.utilisation_for_sm(spec.autoscaling.target_sm_active)
     minutes = pol.slo_violation_minutes
 
     # Worse, as `autoscaling_verdicts.verdicts` judges it: RPS's own run where it spends more.
-    if pol.gpu_hours > rps.gpu_hours:
-        iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours)
-        assert iso.above is not None  # the bisection always ends with one
-        at_run, near, at_gpu = iso.violation_minutes(), iso.above[0], pol.gpu_hours
-    else:
-        at_run, near, at_gpu = float(rps.slo_violation_minutes), declared, rps.gpu_hours
-    runs = rps_runs(load, spec, model, near)
+    equal = rps_at_equal(load, spec, model, pol, rps)
+    at_run, at_gpu = equal.minutes, equal.gpu_hours
+    runs = rps_runs(load, spec, model, equal.utilisation)
     minutes_line = fitted([(r.gpu_hours, float(r.slo_violation_minutes)) for _, r in runs])
     on_line = minutes_on(minutes_line, at_gpu)
     worse = (minutes > at_run + 1e-9, minutes > on_line + 1e-9)

@@ -125,18 +125,29 @@ def rps_at_as_few_violations(load: LoadSeries, spec: RankingServiceSpec, model: 
     return RpsAsFew(minutes, best)
 
 
-def rps_equal_run(
+@dataclass(frozen=True)
+class RpsEqual:
+    """What the comparison at equal GPU-hours reads of RPS, as `verdicts` judges it: RPS's own run
+    (at the declared target) where the policy spends no more than it; otherwise the bisection of
+    `rps_at_equal_gpu_hours`, its minutes interpolated at the policy's GPU-hours."""
+
+    utilisation: float  # the target of `run`
+    run: PoolResult  # read minute by minute: the upper of the bisection's two runs where it has two
+    minutes: float  # RPS's violation minutes the policy's are judged against
+    gpu_hours: float  # the GPU-hours they are compared at
+
+
+def rps_at_equal(
     load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, pol: PoolResult, rps: PoolResult
-) -> PoolResult:
-    """The RPS run the comparison at equal GPU-hours reads minute by minute: `rps` itself (at the
-    declared target) where the policy spends no more than it, as `verdicts` judges; otherwise the
-    upper of the two runs `rps_at_equal_gpu_hours` interpolates between (the one spending at least
-    the policy's GPU-hours)."""
+) -> RpsEqual:
+    """The RPS reading the worse comparison judges the policy against (see `RpsEqual`). The scripts
+    that read a kept verdict again (`autoscaling_explain.py`, `autoscaling_spread.py`) read this."""
     if pol.gpu_hours <= rps.gpu_hours:
-        return rps
-    above = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours).above
-    assert above is not None  # the bisection always ends with one
-    return above[1]
+        declared = model.utilisation_for_sm(spec.autoscaling.target_sm_active)
+        return RpsEqual(declared, rps, float(rps.slo_violation_minutes), rps.gpu_hours)
+    iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours)
+    assert iso.above is not None  # the bisection always ends with one
+    return RpsEqual(iso.above[0], iso.above[1], iso.violation_minutes(), pol.gpu_hours)
 
 
 def rps_as_few_run(

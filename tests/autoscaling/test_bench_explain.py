@@ -84,8 +84,9 @@ def test_a_case_explained_adds_up_to_its_runs() -> None:
     # The policy spends more than RPS at its declared target: the run compared minute by minute is
     # the bisection's that spends at least the policy's GPU-hours.
     assert pol.gpu_hours > rps.gpu_hours
-    equal = verdicts.rps_equal_run(load, inputs.spec, inputs.model, pol, rps)
-    assert equal.gpu_hours >= pol.gpu_hours
+    reading = verdicts.rps_at_equal(load, inputs.spec, inputs.model, pol, rps)
+    equal = reading.run
+    assert equal.gpu_hours >= pol.gpu_hours and reading.gpu_hours == pol.gpu_hours
     theirs = len(explain.over_slo(equal, inputs.spec.slo.p99_latency_ms))
     assert f"RPS at {equal.gpu_hours / pol.gpu_hours:.3f}x the policy's GPU-hours {theirs};" in got.lines[0]
     few = rps
@@ -107,7 +108,8 @@ def test_a_case_that_spends_no_more_than_rps_is_read_against_rps_own_run() -> No
     case = replayed("seed 1", "duplicate")
     inputs, load, pol, rps = case.inputs, case.load, case.pol, case.rps
     assert pol.gpu_hours <= rps.gpu_hours
-    assert verdicts.rps_equal_run(load, inputs.spec, inputs.model, pol, rps) is rps
+    equal = verdicts.rps_at_equal(load, inputs.spec, inputs.model, pol, rps)
+    assert equal.run is rps and (equal.minutes, equal.gpu_hours) == (rps.slo_violation_minutes, rps.gpu_hours)
     slo = inputs.spec.slo.p99_latency_ms
     mine, theirs = explain.over_slo(pol, slo), explain.over_slo(rps, slo)
     assert got.lines[0].startswith(
