@@ -557,6 +557,15 @@ def test_a_fleet_whose_p99_needs_a_lower_target_is_told_the_one_the_loop_learned
     ) in table
     assert f"declare spec.autoscaling.targetSmActive near {learned.end:.2f}" in table
     assert report.to_dict(timeline=False)["learned_target"]["end"] == round(learned.end, 3)
+    # A live pool's TargetLearned condition turns True half an hour into its run of low targets.
+    turned = learned.condition_minute
+    per_minute = report.results[POLICY].effective_target_per_minute
+    assert turned is not None and report.to_dict(timeline=False)["learned_target"]["condition_true_at_minute"] == turned
+    held = [t for t in per_minute[turned - 29 : turned + 1] if t is not None]
+    assert held and max(held) <= LEARNED_BELOW * 0.6
+    first_low = next(m for m, t in enumerate(per_minute) if t is not None and t <= LEARNED_BELOW * 0.6)
+    assert turned == first_low + 30  # the run began in the first minute that ended low, and held
+    assert f"TargetLearned condition turns True at minute {turned}" in table
     plain = run_replay(step_trace(tmp_path), service)
     assert plain.learned_target() is None and "learned_target" not in plain.to_dict(timeline=False)
     assert "SLO loop held" not in plain.to_table()

@@ -108,6 +108,7 @@ class Decision:
     effective_target: float | None = None  # SM target scaled on (targetSmActive after the SLO feedback)
     p99_ms: float | None = None  # the fresh p99 the SLO feedback read, if any
     panicking: bool = False
+    learned: ConditionValue | None = None  # TargetLearned (`learned.py`): a pool whose SLO loop runs
 
     @property
     def direction(self) -> Direction:
@@ -133,7 +134,8 @@ class Decision:
 
     @property
     def conditions(self) -> tuple[ConditionValue, ...]:
-        """ScalingActive, ScalingLimited and MetricsUnavailable, as HPA reports them."""
+        """ScalingActive, ScalingLimited and MetricsUnavailable, as HPA reports them, and TargetLearned
+        where the pool has an SLO loop."""
         message = self.message
         if self.held:
             why = self.signal_reason if self.signal_reason in ("NoReadyPods", "ScaledToZero") else "FailedGetMetrics"
@@ -146,6 +148,8 @@ class Decision:
         unavailable = METRICS_FRESH
         if self.metrics_problem is not None:
             unavailable = ConditionValue(METRICS_UNAVAILABLE, "True", *self.metrics_problem)
+        if self.learned is not None:
+            return (active, limited, unavailable, self.learned)
         return (active, limited, unavailable)
 
     def condition(self, type_: str) -> ConditionValue:

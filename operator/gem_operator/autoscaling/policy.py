@@ -98,6 +98,10 @@ read. Steps, in order:
    cannot see demand at zero replicas; `minReplicas: 0` only lets HPA/KEDA take it to zero
    through the scale subresource).
 
+**TargetLearned** (`learned.py`, a pool with an SLO): once the SLO loop has held the SM target at
+or below 0.8 x `targetSmActive` for half an hour, the condition turns True and names the target to
+declare: the p99 needs less SM active than declared, and every new pool learns it again.
+
 The state carried between calls (`ScalerState`) is an immutable value with `to_dict` /
 `from_dict`, so the controller may keep it in memory or in status.
 
@@ -110,6 +114,7 @@ direction budget `steps/hysteresis.py`; the decision and the carried state `pipe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from gem_operator.api.autoscaling import AutoscalingSpec
@@ -124,6 +129,7 @@ from gem_operator.autoscaling.decision import (
     Limit,
     Reason,
 )
+from gem_operator.autoscaling.learned import TARGET_LEARNED, learned_target
 from gem_operator.autoscaling.observation import (
     MODEL_LOADED_CONDITION,
     LatencyReading,
@@ -158,7 +164,13 @@ def desired_replicas(
     This is the one entry point every driver calls: the operator's controller, `gemop replay`,
     `gemop demo` (through the operator) and the closed-loop load test. Keep its signature.
     """
-    return decide(spec, state, observation, now, saturation=saturation, slo_ms=slo_p99_ms)
+    decision = decide(spec, state, observation, now, saturation=saturation, slo_ms=slo_p99_ms)
+    if slo_p99_ms is None:  # no SLO (a precompute pool): no loop to have learned anything
+        return decision
+    declared = spec.target_sm_active
+    target = declared if decision.effective_target is None else decision.effective_target
+    learned = learned_target(declared, target, decision.state.target_low_run, now, looping=spec.slo_feedback.enabled)
+    return replace(decision, learned=learned.condition, state=replace(decision.state, target_low_run=learned.run))
 
 
 def apply_conditions(
@@ -188,6 +200,7 @@ __all__ = [
     "SATURATED_SM_ACTIVE",
     "SCALING_ACTIVE",
     "SCALING_LIMITED",
+    "TARGET_LEARNED",
     "ConditionValue",
     "Decision",
     "Direction",

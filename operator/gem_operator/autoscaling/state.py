@@ -64,6 +64,8 @@ class ScalerState:
     arrival_peaks: (minute, highest arrivals read in it) for the last hour: as `demand_peaks`, but
         while pods drain a backlog what arrives, not what they serve; the ramp lead leads no farther
         than the earlier peak of these while demand is at or below it.
+    target_low_run: (since, highest) of the syncs in a row whose SM target was at or below
+        `learned.LEARNED_BELOW` x targetSmActive (the TargetLearned condition; None: not in one).
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -93,6 +95,7 @@ class ScalerState:
     demand_peaks: tuple[tuple[float, float], ...] = ()
     demand_steps: tuple[tuple[float, float, float], ...] = ()
     arrival_peaks: tuple[tuple[float, float], ...] = ()
+    target_low_run: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -130,6 +133,8 @@ class ScalerState:
             out["demandSteps"] = [list(step) for step in self.demand_steps]
         if self.arrival_peaks:
             out["arrivalPeaks"] = [[t, u] for t, u in self.arrival_peaks]
+        if self.target_low_run is not None:
+            out["targetLowRun"] = list(self.target_low_run)
         return out
 
     @classmethod
@@ -175,6 +180,7 @@ class ScalerState:
                 demand_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("demandPeaks", [])),
                 demand_steps=tuple((_finite(t), _finite(b), _finite(a)) for t, b, a in data.get("demandSteps", [])),
                 arrival_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("arrivalPeaks", [])),
+                target_low_run=None if (r := data.get("targetLowRun")) is None else (_finite(r[0]), _finite(r[1])),
             )
         except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: int(inf)
             return cls()

@@ -17,6 +17,7 @@ from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.api.serving import RankingServiceSpec, SolarisPrecomputeSpec
 from gem_operator.autoscaling.access import PrometheusAccess, PrometheusCredentials
 from gem_operator.autoscaling.policy import (
+    TARGET_LEARNED,
     Decision,
     Observation,
     PrecomputeSignals,
@@ -150,6 +151,18 @@ def scaled_event(decision: Decision) -> str:
     return " ".join(sentences)
 
 
+def learned_event(status: Mapping[str, Any], decision: Decision) -> str | None:
+    """The event's message where the TargetLearned condition turns True at this sync (None: it does
+    not, or it was True already): one event per learned target, not one per sync."""
+    cond = decision.learned
+    if cond is None or cond.status != "True":
+        return None
+    for seen in status.get("conditions") or []:
+        if isinstance(seen, Mapping) and seen.get("type") == TARGET_LEARNED and seen.get("status") == "True":
+            return None
+    return cond.message[0].upper() + cond.message[1:] + "."
+
+
 async def autoscale(
     ctx: PassContext,
     kind: str,
@@ -215,6 +228,9 @@ async def autoscale(
         "p99LatencyMs": round(decision.p99_ms, 2) if decision.p99_ms is not None else previous.get("p99LatencyMs"),
         "panicking": decision.panicking,
     }
+    learned = learned_event(status, decision)
+    if learned is not None:
+        outcome.events.append(("Normal", TARGET_LEARNED, learned))
     for cond in decision.conditions:
         outcome.draft.condition(cond.type, cond.status, cond.reason, cond.message)
     if decision.direction != "none":

@@ -284,7 +284,7 @@ def simulate(
     gpus = spec.gpus_per_replica
     warmup = warmup_minutes(model, sync_seconds, minutes)
     slo_ms = spec.slo.p99_latency_ms
-    targets: list[tuple[float, float]] = []
+    targets: list[tuple[float, float, bool]] = []
 
     # The RPS baseline's per-replica target: the requests/s one replica serves at the same target
     # utilisation, calibrated with hindsight on the run's mean cost per request (the best fixed
@@ -320,10 +320,12 @@ def simulate(
             ceiling=None if decide is None else ceiling,
         )
     per_minute: list[float | None] = [None] * minutes
-    for when, target in targets:
+    for when, target, _ in targets:
         per_minute[min(minutes - 1, int(when // 60))] = target
     if POLICY in results:
         results[POLICY].effective_target_per_minute = per_minute
+        learned_at = next((when for when, _, learned in targets if learned), None)
+        results[POLICY].target_learned_minute = None if learned_at is None else int(learned_at // 60)
     return ReplayReport(
         duration_seconds=seconds,
         slo_ms=spec.slo.p99_latency_ms,
@@ -363,10 +365,11 @@ def policy_rule(
     sync_every: int,
     gpus: int,
     cluster_gpus: int | None,
-    targets: list[tuple[float, float]],
+    targets: list[tuple[float, float, bool]],
 ) -> Decide:
     """The policy pool's autoscaler: `desired_replicas` with `spec.autoscaling`, fed at each sync
-    what the operator's sources would read; appends (time, effective SM target) to `targets`."""
+    what the operator's sources would read; appends (time, effective SM target, whether the pool's
+    TargetLearned condition is True) to `targets`."""
     pa = spec.autoscaling
     state_box = [ScalerState()]
 
@@ -387,7 +390,8 @@ def policy_rule(
         obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s, latency, panic)
         d = desired_replicas(pa, state_box[0], obs, now, slo_p99_ms=slo_ms)
         state_box[0] = d.state
-        targets.append((now, d.effective_target or pa.target_sm_active))
+        learned = d.learned is not None and d.learned.status == "True"
+        targets.append((now, d.effective_target or pa.target_sm_active, learned))
         return d.desired_replicas
 
     return decide

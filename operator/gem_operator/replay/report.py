@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gem_operator.autoscaling.learned import LEARNED_BELOW
 from gem_operator.replay.service_model import ServiceModel
 
 POLICY = "policy"
@@ -38,6 +39,8 @@ class PoolResult:
     warmup_violation_minutes: int = 0  # over the SLO before the first decision could take effect
     judged_minutes: int = 0  # minutes after the warm-up (what slo_violation_minutes counts)
     effective_target_per_minute: list[float | None] = field(default_factory=list)
+    # The minute the pool's TargetLearned condition turned True (`autoscaling.learned`; None: never).
+    target_learned_minute: int | None = None
     # Of slo_violation_minutes, those in which the pool held its ceiling (maxReplicas, or what the
     # cluster's GPUs allow): it could not have scaled further; always 0 for the static pool.
     ceiling_violation_minutes: int = 0
@@ -71,12 +74,6 @@ def most_in_an_hour(times: Sequence[float]) -> int:
     return most
 
 
-# A target the SLO loop holds at or below this fraction of targetSmActive for a replay's whole second
-# half is one the p99 needs on that fleet and traffic, not a cut for a burst (each cut is about a
-# tenth, and the loop gives it back once the p99 has room).
-LEARNED_BELOW = 0.8
-
-
 @dataclass(frozen=True)
 class LearnedTarget:
     """Where the SLO loop held the SM target, well below the declared one, for a replay's second half.
@@ -90,13 +87,15 @@ class LearnedTarget:
     end: float  # the target at the replay's last minute
     highest: float  # the highest in the second half
     minutes: int  # the minutes of the second half
+    condition_minute: int | None = None  # when a live pool's TargetLearned condition turns True
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, float | int | None]:
         return {
             "declared": self.declared,
             "end": round(self.end, 3),
             "highest_in_second_half": round(self.highest, 3),
             "second_half_minutes": self.minutes,
+            "condition_true_at_minute": self.condition_minute,
         }
 
     def note(self) -> str:
@@ -106,6 +105,11 @@ class LearnedTarget:
             f"and ended at {self.end:.2f}: the p99 needs less SM active than declared on this fleet and traffic; "
             f"a pool starts at targetSmActive and spends its first windows learning this again, so declare "
             f"spec.autoscaling.targetSmActive near {self.end:.2f}"
+            + (
+                ""
+                if self.condition_minute is None
+                else f" (a live pool's TargetLearned condition turns True at minute {self.condition_minute})"
+            )
         )
 
 
@@ -219,7 +223,8 @@ class ReplayReport:
         half = [t for t in path[len(path) // 2 :] if t is not None]
         if declared is None or not half or max(half) > LEARNED_BELOW * declared:
             return None
-        return LearnedTarget(declared, half[-1], max(half), len(path) - len(path) // 2)
+        learned_at = self.results[POLICY].target_learned_minute
+        return LearnedTarget(declared, half[-1], max(half), len(path) - len(path) // 2, learned_at)
 
     def sizing_notes(self) -> list[str]:
         """Lines saying where the spec, not the policy, explains the figures: static peak held at
