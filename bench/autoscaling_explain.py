@@ -171,7 +171,7 @@ def kept_run_args(
     """The arguments of a script that reads a kept run (DIR, --only, --jobs; `every`: a flag that
     reads every kept case, not only the losses), checked: each parser error (exit 2) names the
     option and what it needs."""
-    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap = argparse.ArgumentParser(description=next(iter((doc or "").splitlines()), None))
     ap.add_argument("run", type=Path, metavar="DIR", help="a run kept with bench/autoscaling_sweeps.py --out DIR")
     ap.add_argument("--only", action="append", default=[], metavar="SET[/SWEEP]", help="only these sets or sweeps")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases replayed at once (one per CPU)")

@@ -139,3 +139,14 @@ def test_the_command_reads_a_kept_run_and_names_what_it_cannot(tmp_path: Path) -
     (kept / "step.json").write_text(json.dumps({"per_case": [{**case, "case": "seed 99"}]}), encoding="utf-8")
     stale = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=False)
     assert stale.returncode == 1 and "cannot replay held-out/step: 'seed 99'" in stale.stderr
+
+
+@pytest.mark.parametrize("doc", [None, "", "Reads a kept run.\n\nMore."])
+def test_a_script_without_a_docstring_still_parses_its_arguments(doc: str | None, tmp_path: Path) -> None:
+    """A script run with `python -OO` has no docstring; its arguments still parse (the first line,
+    where there is one, is the description)."""
+    explain = bench_module("autoscaling_explain")
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "sweep.json").write_text("{}", encoding="utf-8")
+    ap, args = explain.kept_run_args(doc, [str(tmp_path), "--jobs", "2"])
+    assert args.jobs == 2 and ap.description == (doc.splitlines()[0] if doc else None)

@@ -9,13 +9,19 @@ deletion of the operator's children by their owner references).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
+
+from gem_operator.autoscaling.learned import learned_target
+from gem_operator.autoscaling.state import ScalerState
+from gem_operator.controllers.status import StatusDraft
 
 from .conftest import WORK_NAMESPACE as NAMESPACE
 from .conftest import RealCluster, eventually
@@ -39,9 +45,9 @@ def _columns(plural: str) -> list[str]:
     return [c["name"].upper().replace(" ", "-") for c in columns if not c.get("priority")]
 
 
-def _get(cluster: RealCluster, kind: str, name: str) -> dict[str, Any]:
+def _get(cluster: RealCluster, kind: str, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
     found: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
-        "gem.dev", "v1alpha1", NAMESPACE, PLURALS[kind], name
+        "gem.dev", "v1alpha1", namespace, PLURALS[kind], name
     )
     return found
 
@@ -165,3 +171,39 @@ def test_the_garbage_collector_deletes_children_by_owner_reference(operated: Rea
     apps.delete_namespaced_deployment(deployment.metadata.name, NAMESPACE, propagation_policy="Background")
     operated.kubectl("delete", "services", "-l", "gem.dev/instance=orphaning", "-n", NAMESPACE)
     eventually("the orphans removed", lambda: not _children(operated, "orphaning"), 120)
+
+
+def test_a_learned_target_reads_back_as_the_operator_writes_it(real_cluster: RealCluster) -> None:
+    """The status a pool whose SLO loop learned a target gets (the TargetLearned condition, the run it
+    counts in status.scalerState, the SM target in use), written through the real status subresource
+    and read back with the kubectl commands docs/operations.md gives. In a namespace no operator
+    watches, so what is read is what was written."""
+    namespace = "gem-unwatched"
+    real_cluster.kubectl("create", "namespace", namespace, check=False)
+    doc: dict[str, Any] = yaml.safe_load((SAMPLES / "rankingservice.yaml").read_text())
+    doc["metadata"] = {"name": "learned", "namespace": namespace}
+    real_cluster.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(doc))
+    now = datetime.now(UTC)
+    state = ScalerState(effective_target=0.36, target_low_run=(now.timestamp() - 1900, 0.38))
+    learned = learned_target(0.6, 0.36, state.target_low_run, now.timestamp(), looping=True)
+    draft = StatusDraft.from_status({}, now, 1)
+    draft.condition(*dataclasses.astuple(learned.condition))
+    draft.fields["scalerState"] = state.to_dict()
+    draft.fields["autoscaling"] = {"effectiveTargetSmActive": 0.36, "p99LatencyMs": 33.5, "panicking": False}
+    patch = json.dumps({"status": draft.to_status()})
+    where = ["-n", namespace]
+    real_cluster.kubectl("patch", "rankingservices.gem.dev", "learned", *where, "--subresource=status",
+                         "--type=merge", "-p", patch)  # fmt: skip
+    jsonpath = 'jsonpath={.status.conditions[?(@.type=="TargetLearned")].message}'
+    message = real_cluster.kubectl("get", "rks", "learned", *where, "-o", jsonpath).stdout
+    assert message == learned.condition.message and "near 0.36" in message
+    stored = _get(real_cluster, "RankingService", "learned", namespace)["status"]
+    assert stored["scalerState"]["targetLowRun"] == [state.target_low_run[0], 0.38]  # kept, not pruned
+    wide = real_cluster.kubectl("get", "rks", "learned", *where, "-o", "wide").stdout.splitlines()
+    header, row = wide  # columns aligned by kubectl; a column without a value is blank, so read by offset
+
+    def column(name: str) -> str:
+        return row[header.index(name) :].split(maxsplit=1)[0]
+
+    assert column("SM-TARGET") == "0.36" and column("P99-MS") == "33.5", wide
+    real_cluster.kubectl("delete", "namespace", namespace, "--wait=false")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -222,3 +223,46 @@ def test_slo_feedback_lands_in_status_and_survives_an_operator_restart(
     finally:
         dcgm.stop()
         use_metric_sources(None, None)
+
+
+def test_a_target_learned_for_half_an_hour_is_a_condition_and_one_event(
+    cluster: EmbeddedCluster,
+    source: SimulatedSource,
+    start_operator: type[OperatorThread],
+    wait_for_events: Callable[[set[tuple[str, str]]], set[tuple[str, str]]],
+) -> None:
+    """The run of low targets the TargetLearned condition counts lives in status.scalerState: a pool
+    whose status says the loop has held 0.36 (0.6 x targetSmActive) for 31 minutes, read back through
+    the API, turns the condition True at its first sync, with one event, and keeps the run."""
+    dcgm = SmActiveSimulator(cluster, source, interval=0.1)
+    dcgm.add_pool("default", {"gem.dev/instance": "learned", "gem.dev/role": "server"}, lambda _t: 50.0)
+    dcgm.start()
+    since = time.time() - 31 * 60
+    try:
+        doc = ranker("learned")
+        doc["spec"]["slo"] = {"p99LatencyMs": 40}
+        doc["status"] = {"scalerState": {"effectiveTarget": 0.36, "targetLowRun": [since, 0.38]}}
+        cluster.apply(doc)
+        start_operator()  # type: ignore[call-arg]
+
+        def learned() -> dict[str, Any] | None:
+            for c in status(cluster, "RankingService", "learned").get("conditions", []):
+                if c["type"] == "TargetLearned" and c["status"] == "True":
+                    return dict(c)
+            return None
+
+        cond = cluster.wait_for(learned, timeout=30)
+        assert cond["reason"] == "HeldBelowDeclared"
+        assert "declare spec.autoscaling.targetSmActive near 0.36" in cond["message"]
+        wait_for_events({("learned", "TargetLearned")})
+        kept = status(cluster, "RankingService", "learned")["scalerState"]["targetLowRun"]
+        assert kept == [since, 0.38]
+        # Later syncs keep the condition True and post no second event.
+        first_sync = status(cluster, "RankingService", "learned").get("lastMetric")
+        cluster.wait_for(
+            lambda: status(cluster, "RankingService", "learned").get("lastMetric") != first_sync, timeout=30
+        )
+        posted = [e for e in cluster.events("default") if e["reason"] == "TargetLearned"]
+        assert len(posted) == 1 and learned() is not None
+    finally:
+        dcgm.stop()
