@@ -15,7 +15,7 @@ import pytest
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.learned import LEARNED_AFTER_SECONDS, TARGET_LEARNED, learned_target, low_run
+from gem_operator.autoscaling.learned import LEARNED_AFTER_SECONDS, TARGET_LEARNED, learned_target, loop_floor, low_run
 from gem_operator.autoscaling.policy import (
     MetricReading,
     Observation,
@@ -33,6 +33,11 @@ DECLARED = 0.6
 NOW = 100_000.0
 HALF_HOUR = LEARNED_AFTER_SECONDS
 
+
+def _spec(**kw: Any) -> AutoscalingSpec:
+    return AutoscalingSpec.model_validate({"minReplicas": 1, "maxReplicas": 20, "targetSmActive": DECLARED, **kw})
+
+
 # (target now, run carried in, want status, want reason, want run out)
 TABLE: list[Any] = [
     pytest.param(0.55, None, "False", "NearDeclaredTarget", None, id="above-the-fraction"),
@@ -48,6 +53,9 @@ TABLE: list[Any] = [
         0.47, (NOW - 3 * HALF_HOUR, 0.40), "True", "HeldBelowDeclared", (NOW - 3 * HALF_HOUR, 0.47), id="highest-kept"
     ),
     pytest.param(0.40, (NOW + 60, 0.40), "False", "Learning", (NOW, 0.40), id="start-in-the-future-restarts"),
+    pytest.param(0.30, (NOW - HALF_HOUR, 0.30), "True", "HeldAtFloor", (NOW - HALF_HOUR, 0.30), id="at-the-floor"),
+    pytest.param(0.30, (NOW - HALF_HOUR + 1, 0.30), "False", "Learning", (NOW - HALF_HOUR + 1, 0.30), id="floor-short"),
+    pytest.param(0.31, (NOW - HALF_HOUR, 0.31), "True", "HeldBelowDeclared", (NOW - HALF_HOUR, 0.31), id="above-floor"),
 ]
 
 
@@ -55,7 +63,7 @@ TABLE: list[Any] = [
 def test_the_condition_follows_the_run_of_low_targets(
     target: float, run: tuple[float, float] | None, status: str, reason: str, run_out: tuple[float, float] | None
 ) -> None:
-    learned = learned_target(DECLARED, target, run, NOW, looping=True)
+    learned = learned_target(_spec(), target, run, NOW, p99_ms=None, slo_ms=40.0)
     assert (learned.condition.type, learned.condition.status, learned.condition.reason) == (
         TARGET_LEARNED,
         status,
@@ -65,24 +73,43 @@ def test_the_condition_follows_the_run_of_low_targets(
 
 
 def test_the_true_message_names_the_run_and_the_target_to_declare() -> None:
-    learned = learned_target(DECLARED, 0.39, (NOW - 2400, 0.42), NOW, looping=True)
+    learned = learned_target(_spec(), 0.39, (NOW - 2400, 0.42), NOW, p99_ms=31.0, slo_ms=40.0)
     message = learned.condition.message
     assert "at or below 0.42 (0.70 x targetSmActive 0.6) for 40 min" in message
     assert "declare spec.autoscaling.targetSmActive near 0.39" in message
 
 
+def test_at_the_floor_the_message_says_the_loop_may_have_wanted_less_and_what_each_fix_costs() -> None:
+    learned = learned_target(_spec(), 0.30, (NOW - 2700, 0.30), NOW, p99_ms=52.25, slo_ms=40.0)
+    message = learned.condition.message
+    assert "at its floor, 0.30 (sloFeedback.minTargetFraction 0.5 of targetSmActive 0.6), for 45 min" in message
+    assert "the last p99 is 52.2 ms against the 40 ms SLO" in message
+    assert "a p99 over the SLO at low load is one capacity does not fix" in message
+    without = learned_target(_spec(), 0.30, (NOW - 2700, 0.30), NOW, p99_ms=None, slo_ms=40.0)
+    assert "last p99" not in without.condition.message and without.condition.reason == "HeldAtFloor"
+
+
+@pytest.mark.parametrize(
+    ("fields", "floor"),
+    [
+        ({}, 0.30),
+        ({"sloFeedback": {"minTargetFraction": 0.7}}, 0.42),
+        ({"metrics": {"smActiveIdle": 0.2}}, 0.2 + 0.5 * (0.6 - 0.2)),  # half the busy SM above the idle floor
+    ],
+)
+def test_the_floor_is_the_loops_own_in_sm_active_as_read(fields: dict[str, Any], floor: float) -> None:
+    assert loop_floor(_spec(**fields)) == pytest.approx(floor)
+
+
 def test_a_loop_that_is_off_learns_nothing() -> None:
-    learned = learned_target(DECLARED, 0.3, (NOW - 2 * HALF_HOUR, 0.3), NOW, looping=False)
+    spec = _spec(sloFeedback={"enabled": False})
+    learned = learned_target(spec, 0.3, (NOW - 2 * HALF_HOUR, 0.3), NOW, p99_ms=None, slo_ms=40.0)
     assert (learned.condition.status, learned.condition.reason, learned.run) == ("False", "SloFeedbackDisabled", None)
     assert "sloFeedback.enabled: false" in learned.condition.message
 
 
 def test_a_target_that_is_not_a_number_ends_the_run() -> None:
     assert low_run(DECLARED, float("nan"), (NOW - 100, 0.4), NOW) is None
-
-
-def _spec(**kw: Any) -> AutoscalingSpec:
-    return AutoscalingSpec.model_validate({"minReplicas": 1, "maxReplicas": 20, "targetSmActive": DECLARED, **kw})
 
 
 def _obs(now: float, replicas: int = 4, value: float = 0.3) -> Observation:

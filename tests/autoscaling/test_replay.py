@@ -565,10 +565,31 @@ def test_a_fleet_whose_p99_needs_a_lower_target_is_told_the_one_the_loop_learned
     assert held and max(held) <= LEARNED_BELOW * 0.6
     first_low = next(m for m, t in enumerate(per_minute) if t is not None and t <= LEARNED_BELOW * 0.6)
     assert turned == first_low + 30  # the run began in the first minute that ended low, and held
+    assert report.results[POLICY].target_learned_reason == "HeldBelowDeclared" and not learned.at_floor
     assert f"TargetLearned condition turns True at minute {turned}" in table
     plain = run_replay(step_trace(tmp_path), service)
     assert plain.learned_target() is None and "learned_target" not in plain.to_dict(timeline=False)
     assert "SLO loop held" not in plain.to_table()
+
+
+def test_a_fleet_whose_slo_needs_less_than_the_loops_floor_is_told_so_not_to_declare_the_floor(
+    tmp_path: Path, service: Path
+) -> None:
+    """A p99 of 30 ms idle and 40 ms (the SLO) at a fifth of a pod's load: the loop cuts to its floor
+    (0.5 x 0.6) and holds it, still over the SLO. Declaring 0.3 would only save the first windows,
+    so the note and the live condition say the loop is at its floor, not "declare near 0.30"."""
+    profile = tmp_path / "harsh.json"
+    profile.write_text(json.dumps({"latency_p99_ms": [[0.0, 30.0], [0.2, 40.0], [1.0, 120.0]]}))
+    report = run_replay(step_trace(tmp_path), service, profile=profile)
+    pol = report.results[POLICY]
+    assert report.loop_floor == pytest.approx(0.3) and pol.target_learned_reason == "HeldAtFloor"
+    learned = report.learned_target()
+    assert learned is not None and learned.at_floor and learned.end == pytest.approx(0.3)
+    assert report.to_dict(timeline=False)["learned_target"]["at_loop_floor"] is True
+    table = report.to_table()
+    assert "ended at 0.30, the loop's floor (sloFeedback.minTargetFraction)" in table
+    assert "declare spec.autoscaling.targetSmActive near" not in table
+    assert f"TargetLearned condition turns True at minute {pol.target_learned_minute}" in table
 
 
 @pytest.mark.parametrize(

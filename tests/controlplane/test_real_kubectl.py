@@ -19,6 +19,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.learned import learned_target
 from gem_operator.autoscaling.state import ScalerState
 from gem_operator.controllers.status import StatusDraft
@@ -185,7 +186,8 @@ def test_a_learned_target_reads_back_as_the_operator_writes_it(real_cluster: Rea
     real_cluster.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(doc))
     now = datetime.now(UTC)
     state = ScalerState(effective_target=0.36, target_low_run=(now.timestamp() - 1900, 0.38))
-    learned = learned_target(0.6, 0.36, state.target_low_run, now.timestamp(), looping=True)
+    spec = RankingServiceSpec.model_validate(doc["spec"]).autoscaling
+    learned = learned_target(spec, 0.36, state.target_low_run, now.timestamp(), p99_ms=33.5, slo_ms=40.0)
     draft = StatusDraft.from_status({}, now, 1)
     draft.condition(*dataclasses.astuple(learned.condition))
     draft.fields["scalerState"] = state.to_dict()

@@ -167,9 +167,9 @@ def desired_replicas(
     decision = decide(spec, state, observation, now, saturation=saturation, slo_ms=slo_p99_ms)
     if slo_p99_ms is None:  # no SLO (a precompute pool): no loop to have learned anything
         return decision
-    declared = spec.target_sm_active
-    target = declared if decision.effective_target is None else decision.effective_target
-    learned = learned_target(declared, target, decision.state.target_low_run, now, looping=spec.slo_feedback.enabled)
+    target = spec.target_sm_active if decision.effective_target is None else decision.effective_target
+    run = decision.state.target_low_run
+    learned = learned_target(spec, target, run, now, p99_ms=decision.p99_ms, slo_ms=slo_p99_ms)
     return replace(decision, learned=learned.condition, state=replace(decision.state, target_low_run=learned.run))
 
 

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Literal
 
 from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.autoscaling.learned import loop_floor
 from gem_operator.autoscaling.policy import (
     LatencyReading,
     MetricReading,
@@ -284,7 +285,7 @@ def simulate(
     gpus = spec.gpus_per_replica
     warmup = warmup_minutes(model, sync_seconds, minutes)
     slo_ms = spec.slo.p99_latency_ms
-    targets: list[tuple[float, float, bool]] = []
+    targets: list[tuple[float, float, str | None]] = []
 
     # The RPS baseline's per-replica target: the requests/s one replica serves at the same target
     # utilisation, calibrated with hindsight on the run's mean cost per request (the best fixed
@@ -324,8 +325,10 @@ def simulate(
         per_minute[min(minutes - 1, int(when // 60))] = target
     if POLICY in results:
         results[POLICY].effective_target_per_minute = per_minute
-        learned_at = next((when for when, _, learned in targets if learned), None)
-        results[POLICY].target_learned_minute = None if learned_at is None else int(learned_at // 60)
+        learned = [(when, why) for when, _, why in targets if why is not None]
+        if learned:
+            results[POLICY].target_learned_minute = int(learned[0][0] // 60)
+            results[POLICY].target_learned_reason = learned[-1][1]
     return ReplayReport(
         duration_seconds=seconds,
         slo_ms=spec.slo.p99_latency_ms,
@@ -345,6 +348,7 @@ def simulate(
         fixed_replicas=None if a.enabled else spec.replicas,
         peak_load_replicas=peak_need,
         target_sm_active=(spec_override or spec).autoscaling.target_sm_active,
+        loop_floor=loop_floor((spec_override or spec).autoscaling),
     )
 
 
@@ -365,11 +369,11 @@ def policy_rule(
     sync_every: int,
     gpus: int,
     cluster_gpus: int | None,
-    targets: list[tuple[float, float, bool]],
+    targets: list[tuple[float, float, str | None]],
 ) -> Decide:
     """The policy pool's autoscaler: `desired_replicas` with `spec.autoscaling`, fed at each sync
-    what the operator's sources would read; appends (time, effective SM target, whether the pool's
-    TargetLearned condition is True) to `targets`."""
+    what the operator's sources would read; appends (time, effective SM target, the reason of the
+    pool's TargetLearned condition where it is True) to `targets`."""
     pa = spec.autoscaling
     state_box = [ScalerState()]
 
@@ -390,7 +394,7 @@ def policy_rule(
         obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s, latency, panic)
         d = desired_replicas(pa, state_box[0], obs, now, slo_p99_ms=slo_ms)
         state_box[0] = d.state
-        learned = d.learned is not None and d.learned.status == "True"
+        learned = d.learned.reason if d.learned is not None and d.learned.status == "True" else None
         targets.append((now, d.effective_target or pa.target_sm_active, learned))
         return d.desired_replicas
 

@@ -39,8 +39,10 @@ class PoolResult:
     warmup_violation_minutes: int = 0  # over the SLO before the first decision could take effect
     judged_minutes: int = 0  # minutes after the warm-up (what slo_violation_minutes counts)
     effective_target_per_minute: list[float | None] = field(default_factory=list)
-    # The minute the pool's TargetLearned condition turned True (`autoscaling.learned`; None: never).
+    # The minute the pool's TargetLearned condition first turned True (`autoscaling.learned`; None:
+    # never), and its reason the last time it was True (HeldBelowDeclared, or HeldAtFloor).
     target_learned_minute: int | None = None
+    target_learned_reason: str | None = None
     # Of slo_violation_minutes, those in which the pool held its ceiling (maxReplicas, or what the
     # cluster's GPUs allow): it could not have scaled further; always 0 for the static pool.
     ceiling_violation_minutes: int = 0
@@ -88,6 +90,12 @@ class LearnedTarget:
     highest: float  # the highest in the second half
     minutes: int  # the minutes of the second half
     condition_minute: int | None = None  # when a live pool's TargetLearned condition turns True
+    floor: float | None = None  # the loop's lowest target
+
+    @property
+    def at_floor(self) -> bool:
+        """The loop ended at its floor: it may have wanted less, and declaring the floor is no cure."""
+        return self.floor is not None and self.end <= self.floor * (1 + 1e-6)
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {
@@ -96,20 +104,31 @@ class LearnedTarget:
             "highest_in_second_half": round(self.highest, 3),
             "second_half_minutes": self.minutes,
             "condition_true_at_minute": self.condition_minute,
+            "at_loop_floor": self.at_floor,
         }
 
     def note(self) -> str:
-        return (
+        held = (
             f"note: policy: the SLO loop held the SM target at or below {self.highest:.2f} "
             f"({self.highest / self.declared:.2f} x targetSmActive {self.declared:g}) for the last {self.minutes} min "
-            f"and ended at {self.end:.2f}: the p99 needs less SM active than declared on this fleet and traffic; "
-            f"a pool starts at targetSmActive and spends its first windows learning this again, so declare "
-            f"spec.autoscaling.targetSmActive near {self.end:.2f}"
-            + (
-                ""
-                if self.condition_minute is None
-                else f" (a live pool's TargetLearned condition turns True at minute {self.condition_minute})"
+            f"and ended at {self.end:.2f}"
+        )
+        condition = (
+            ""
+            if self.condition_minute is None
+            else f" (a live pool's TargetLearned condition turns True at minute {self.condition_minute})"
+        )
+        if self.at_floor:
+            return (
+                f"{held}, the loop's floor (sloFeedback.minTargetFraction): the p99 may need less SM active than "
+                f"the loop may go to; declaring targetSmActive {self.end:.2f} saves only the first windows, a lower "
+                f"minTargetFraction spends more GPUs on the p99, and a p99 over the SLO at low load is one capacity "
+                f"does not fix{condition}"
             )
+        return (
+            f"{held}: the p99 needs less SM active than declared on this fleet and traffic; a pool starts at "
+            f"targetSmActive and spends its first windows learning this again, so declare "
+            f"spec.autoscaling.targetSmActive near {self.end:.2f}{condition}"
         )
 
 
@@ -138,6 +157,7 @@ class ReplayReport:
     # policy row is then what turning it on would do, and the report says so.
     fixed_replicas: int | None = None
     target_sm_active: float | None = None  # the spec's declared target, which the SLO loop's path is read against
+    loop_floor: float | None = None  # the SLO loop's lowest target (`autoscaling.learned.loop_floor`)
 
     @property
     def minutes(self) -> int:
@@ -224,7 +244,7 @@ class ReplayReport:
         if declared is None or not half or max(half) > LEARNED_BELOW * declared:
             return None
         learned_at = self.results[POLICY].target_learned_minute
-        return LearnedTarget(declared, half[-1], max(half), len(path) - len(path) // 2, learned_at)
+        return LearnedTarget(declared, half[-1], max(half), len(path) - len(path) // 2, learned_at, self.loop_floor)
 
     def sizing_notes(self) -> list[str]:
         """Lines saying where the spec, not the policy, explains the figures: static peak held at

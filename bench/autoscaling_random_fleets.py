@@ -1,0 +1,178 @@
+"""Fleets drawn at random: the policy's invariants on any fleet, and where its SLO loop ends.
+
+Run:  python bench/autoscaling_random_fleets.py [--draws N] [--seed S] [--jobs N]
+
+Every sweep of `bench/autoscaling_sweeps.py` replays a fleet someone chose. This one draws them: a
+p99 curve (5-25 ms idle, rising in one to four pieces to 5-300 ms more at full load), an SM-active
+curve with or without an idle floor, a pod's throughput, its start and model-load times, a declared
+`targetSmActive` (0.40-0.75) and an SLO (25-80 ms), each over a family of
+`bench/autoscaling_seeds.py` at a seed in 5000-8999 and a scale mode, all drawn from `--seed`.
+Many such fleets cannot meet their SLO near the declared target, and some not at any load a pool
+would run at: a bench for what the policy promises on any fleet, not for its verdicts against RPS.
+
+Each case checks:
+- no hour holds more than `hysteresis.maxDirectionChangesPerHour` direction changes;
+- the SLO loop's target stays within its floor and ceiling (`minTargetFraction`, `maxTargetFraction`).
+
+and is sorted by how the SLO loop ended, as the pool's TargetLearned condition reads it:
+`HeldAtFloor` (held at its floor for half an hour: the p99 may need less than the loop may go to),
+`HeldBelowDeclared` (held at or below 0.8 x targetSmActive above the floor), or neither. Each class
+prints the policy's and HPA on RPS's GPU-hours (of static peak) and violation minutes. Exit status 1
+where a case breaks an invariant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from autoscaling_replay import MODES, SERVICE  # bench/ on sys.path
+from autoscaling_seeds import FAMILIES, with_field
+
+from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.autoscaling.learned import loop_floor
+from gem_operator.autoscaling.steps.slo_loop import loop_bounds
+from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, simulate
+from gem_operator.replay.report import PoolResult
+from gem_operator.replay.service_model import ServiceModel
+
+SEEDS = (5000, 9000)  # far from every sweep's seeds
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One case: the fleet's service model, the declared target and SLO, the traffic."""
+
+    model: ServiceModel
+    target: float
+    slo_ms: float
+    family: str
+    seed: int
+    mode: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.family} s{self.seed} / {self.mode}, target {self.target:g}, SLO {self.slo_ms:g} ms"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one case did: the policy's and RPS's GPU-hours of static, each pool's violation minutes,
+    the TargetLearned reason it ended with (None: it never turned True) and what broke, if anything."""
+
+    draw: Draw
+    policy_share: float
+    rps_share: float
+    minutes: tuple[int, int, int]  # policy, HPA on RPS, static peak
+    learned: str | None
+    broken: tuple[str, ...]
+
+
+def draw_model(rng: random.Random) -> ServiceModel:
+    """A fleet: a rising p99 curve, an SM curve (a third of them with an idle floor), throughput, starts."""
+    idle_p99 = rng.uniform(5, 25)
+    knees = sorted(rng.sample([i / 20 for i in range(1, 20)], rng.randint(1, 4)))
+    p99 = [idle_p99]
+    for _ in knees:
+        p99.append(p99[-1] + rng.uniform(0.5, 25))
+    p99.append(p99[-1] + rng.uniform(5, 300))
+    idle_sm = rng.choice([0.0, 0.0, rng.uniform(0.02, 0.35)])
+    return ServiceModel(
+        throughput_per_replica=rng.uniform(50, 400),
+        latency_p99_ms=tuple(zip([0.0, *knees, 1.0], p99, strict=True)),
+        sm_active=((0.0, idle_sm), (1.0, rng.uniform(max(idle_sm + 0.3, 0.6), 1.0))),
+        pod_start_seconds=rng.uniform(5, 90),
+        model_load_seconds=rng.choice([rng.uniform(5, 60), rng.uniform(60, 300), rng.uniform(300, 600)]),
+    )
+
+
+def draws(count: int, seed: int) -> list[Draw]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        model = draw_model(rng)
+        target, slo_ms = round(rng.uniform(0.40, 0.75), 2), float(round(rng.uniform(25, 80)))
+        family, traffic_seed = rng.choice(sorted(FAMILIES)), rng.randrange(*SEEDS)
+        out.append(Draw(model, target, slo_ms, family, traffic_seed, rng.choice(MODES)))
+    return out
+
+
+def run_case(draw: Draw) -> Outcome:
+    service = with_field(SERVICE, "autoscaling.targetSmActive", draw.target)
+    spec = RankingServiceSpec.model_validate(with_field(service, "slo.p99LatencyMs", draw.slo_ms))
+    report = simulate(FAMILIES[draw.family](draw.seed).series(draw.mode), spec, draw.model, scale_mode=draw.mode)
+    pol, rps, static = (report.results[k] for k in (POLICY, HPA_RPS, STATIC_PEAK))
+    minutes = (pol.slo_violation_minutes, rps.slo_violation_minutes, static.slo_violation_minutes)
+    share = pol.gpu_hours / static.gpu_hours, rps.gpu_hours / static.gpu_hours
+    return Outcome(draw, share[0], share[1], minutes, pol.target_learned_reason, broken_invariants(spec, pol))
+
+
+def broken_invariants(spec: RankingServiceSpec, pol: PoolResult) -> tuple[str, ...]:
+    """What the policy's pool broke of the invariants it keeps on any fleet (none: an empty tuple)."""
+    broken = []
+    budget = spec.autoscaling.hysteresis.max_direction_changes_per_hour
+    if pol.direction_changes_per_hour > budget:
+        broken.append(f"{pol.direction_changes_per_hour:g} direction changes in an hour (budget {budget})")
+    path = [t for t in pol.effective_target_per_minute if t is not None]
+    floor, ceiling = loop_floor(spec.autoscaling), loop_bounds(spec.autoscaling)[1]
+    if path and (min(path) < floor - 1e-9 or max(path) > ceiling + 1e-9):
+        broken.append(f"SM target {min(path):.3f}..{max(path):.3f} outside the loop's {floor:.3f}..{ceiling:.3f}")
+    return tuple(broken)
+
+
+def summary(outcomes: Sequence[Outcome]) -> list[str]:
+    """One line per class of how the loop ended: cases, GPU-hours of static, violation minutes."""
+    classes: dict[str, list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        classes[o.learned or "neither"].append(o)
+    lines = [
+        "class               cases  policy GPU-h/static (mean, max)  RPS mean   violation min: policy / RPS / static"
+    ]
+    for name in ("HeldAtFloor", "HeldBelowDeclared", "neither"):
+        group = classes.get(name, [])
+        if not group:
+            continue
+        pol = [o.policy_share for o in group]
+        rps = sum(o.rps_share for o in group) / len(group)
+        mins = [sum(o.minutes[i] for o in group) for i in range(3)]
+        lines.append(
+            f"{name:<19} {len(group):>5}  {sum(pol) / len(pol):>10.3f} {max(pol):>8.3f}            {rps:>8.3f}"
+            f"   {mins[0]} / {mins[1]} / {mins[2]}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--draws", type=int, default=60, help="cases drawn (each an hour's replay, three pools)")
+    ap.add_argument("--seed", type=int, default=1, help="the draw's random seed")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases replayed at once (one per CPU)")
+    args = ap.parse_args(argv)
+    if args.draws < 1:
+        ap.error(f"--draws: {args.draws}; draw at least one case")
+    if args.jobs < 1:
+        ap.error(f"--jobs: {args.jobs}; replay at least one case at a time")
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        outcomes = list(pool.map(run_case, draws(args.draws, args.seed)))
+    for o in outcomes:
+        mark = "BROKEN " if o.broken else ""
+        print(
+            f"{mark}{o.draw.name}: policy {o.policy_share:.3f} of static GPU-h, RPS {o.rps_share:.3f}; "
+            f"violation min {o.minutes[0]} / {o.minutes[1]} / {o.minutes[2]}; TargetLearned {o.learned or '-'}"
+            + "".join(f"; {b}" for b in o.broken)
+        )
+    print()
+    print("\n".join(summary(outcomes)))
+    broken = sum(1 for o in outcomes if o.broken)
+    print(f"{broken} of {len(outcomes)} cases break an invariant")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
