@@ -3,10 +3,10 @@
 Run:  python bench/autoscaling_random_fleets.py [--draws N] [--seed S] [--jobs N]
 
 Every sweep of `bench/autoscaling_sweeps.py` replays a fleet someone chose. This one draws them: a
-p99 curve (5-25 ms idle, rising in one to four pieces to 5-300 ms more at full load), an SM-active
-curve with or without an idle floor, a pod's throughput, its start and model-load times, a declared
-`targetSmActive` (0.40-0.75) and an SLO (25-80 ms), each over a family of
-`bench/autoscaling_seeds.py` at a seed in 5000-8999 and a scale mode, all drawn from `--seed`.
+p99 curve (5-25 ms idle, rising 0.5-25 ms to each of one to four knees, then 5-300 ms more to full
+load), an SM-active curve with or without an idle floor, a pod's throughput, its start and
+model-load times, a declared `targetSmActive` (0.40-0.75) and an SLO (25-80 ms), each over a family
+of `bench/autoscaling_seeds.py` at a seed in 5000-8999 and a scale mode, all drawn from `--seed`.
 Many such fleets cannot meet their SLO near the declared target, and some not at any load a pool
 would run at: a bench for what the policy promises on any fleet, not for its verdicts against RPS.
 

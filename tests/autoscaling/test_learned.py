@@ -191,7 +191,9 @@ def _pass(status: dict[str, Any], at: datetime) -> tuple[Outcome, int]:
     return outcome, replicas
 
 
-def test_the_pass_sets_the_condition_and_sends_one_event_when_it_turns_true(source: SimulatedSource) -> None:
+def test_the_pass_sets_the_condition_and_sends_an_event_when_it_turns_true_or_reaches_the_floor(
+    source: SimulatedSource,
+) -> None:
     at = datetime.fromtimestamp(NOW, UTC)
     for i in range(3):
         source.push("ads", f"ranker-{i}", 0.3, NOW - 5)
@@ -207,3 +209,15 @@ def test_the_pass_sets_the_condition_and_sends_one_event_when_it_turns_true(sour
     assert [e for e in again.events if e[1] == TARGET_LEARNED] == []
     still = next(c for c in again.draft.conditions if c.type == TARGET_LEARNED)
     assert str(still.status) == "True" and still.last_transition_time == learned.last_transition_time
+
+    # The loop then reaches its floor (0.5 x 0.6): the condition stays True with a new reason, and
+    # that is a new thing learned, so one more event says it.
+    floored = {**again.draft.to_status(), "scalerState": {**state, "effectiveTarget": 0.3}}
+    third, _ = _pass(floored, at)
+    at_floor = next(c for c in third.draft.conditions if c.type == TARGET_LEARNED)
+    assert (str(at_floor.status), at_floor.reason) == ("True", "HeldAtFloor")
+    assert [e[2].split(",")[0] for e in third.events if e[1] == TARGET_LEARNED] == [
+        "The SLO loop has held the SM target at its floor"
+    ]
+    fourth, _ = _pass(third.draft.to_status(), at)
+    assert [e for e in fourth.events if e[1] == TARGET_LEARNED] == []

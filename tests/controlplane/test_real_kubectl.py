@@ -187,7 +187,9 @@ def test_a_learned_target_reads_back_as_the_operator_writes_it(real_cluster: Rea
     now = datetime.now(UTC)
     state = ScalerState(effective_target=0.36, target_low_run=(now.timestamp() - 1900, 0.38))
     spec = RankingServiceSpec.model_validate(doc["spec"]).autoscaling
-    learned = learned_target(spec, 0.36, state.target_low_run, now.timestamp(), p99_ms=33.5, slo_ms=40.0)
+    learned = learned_target(
+        spec, 0.36, state.target_low_run, now.timestamp(), p99_ms=33.5, slo_ms=float(doc["spec"]["slo"]["p99LatencyMs"])
+    )
     draft = StatusDraft.from_status({}, now, 1)
     draft.condition(*dataclasses.astuple(learned.condition))
     draft.fields["scalerState"] = state.to_dict()

@@ -108,7 +108,7 @@ class Decision:
     effective_target: float | None = None  # SM target scaled on (targetSmActive after the SLO feedback)
     p99_ms: float | None = None  # the fresh p99 the SLO feedback read, if any
     panicking: bool = False
-    learned: ConditionValue | None = None  # TargetLearned (`learned.py`): a pool whose SLO loop runs
+    learned: ConditionValue | None = None  # TargetLearned (`learned.py`): a pool with an SLO
 
     @property
     def direction(self) -> Direction:

@@ -60,6 +60,21 @@ def low_run(declared: float, target: float, run: LowRun | None, now: float) -> L
     return (run[0], max(run[1], target))
 
 
+def advice(target: float, *, at_floor: bool) -> str:
+    """What a learned `target` says to the team, held at the loop's floor or above it (the condition's
+    and `gemop replay`'s note's words)."""
+    if at_floor:
+        return (
+            f"the p99 may need less SM active than the loop may go to; declaring targetSmActive {target:.2f} "
+            f"saves only the first windows, a lower minTargetFraction spends more GPUs on the p99, and a p99 "
+            f"over the SLO at low load is one capacity does not fix"
+        )
+    return (
+        f"the p99 needs less SM active than declared on this fleet and traffic, and a new pool spends its "
+        f"first windows learning this again; declare spec.autoscaling.targetSmActive near {target:.2f}"
+    )
+
+
 def loop_floor(spec: AutoscalingSpec) -> float:
     """The SLO loop's lowest target in SM active as read (`minTargetFraction` of the declared target,
     taken in busy SM where `metrics.smActiveIdle` is declared, as the loop works)."""
@@ -96,18 +111,14 @@ def learned_target(
         p99 = "" if p99_ms is None else f"; the last p99 is {p99_ms:.1f} ms against the {slo_ms:g} ms SLO"
         message = (
             f"the SLO loop has held the SM target at its floor, {target:.2f} (sloFeedback.minTargetFraction "
-            f"{spec.slo_feedback.min_target_fraction:g} of targetSmActive {declared:g}), for {minutes} min{p99}: the "
-            f"p99 may need less SM active than the loop may go to; declaring targetSmActive {target:.2f} saves "
-            f"only the first windows, a lower minTargetFraction spends more GPUs on the p99, and a p99 over the "
-            f"SLO at low load is one capacity does not fix"
+            f"{spec.slo_feedback.min_target_fraction:g} of targetSmActive {declared:g}), for {minutes} min{p99}: "
+            f"{advice(target, at_floor=True)}"
         )
         return Learned(run, ConditionValue(TARGET_LEARNED, "True", "HeldAtFloor", message))
     highest = run[1]
     message = (
         f"the SLO loop has held the SM target at or below {highest:.2f} ({highest / declared:.2f} x "
-        f"targetSmActive {declared:g}) for {minutes} min and uses {target:.2f} now: the p99 needs less SM "
-        f"active than declared on this fleet and traffic, and a new pool spends its first windows learning "
-        f"this again; declare spec.autoscaling.targetSmActive near {target:.2f}"
+        f"targetSmActive {declared:g}) for {minutes} min and uses {target:.2f} now: {advice(target, at_floor=False)}"
     )
     return Learned(run, ConditionValue(TARGET_LEARNED, "True", "HeldBelowDeclared", message))
 
@@ -118,6 +129,7 @@ __all__ = [
     "TARGET_LEARNED",
     "Learned",
     "LowRun",
+    "advice",
     "learned_target",
     "loop_floor",
     "low_run",

@@ -100,7 +100,9 @@ read. Steps, in order:
 
 **TargetLearned** (`learned.py`, a pool with an SLO): once the SLO loop has held the SM target at
 or below 0.8 x `targetSmActive` for half an hour, the condition turns True and names the target to
-declare: the p99 needs less SM active than declared, and every new pool learns it again.
+declare: the p99 needs less SM active than declared, and every new pool learns it again. Held at
+the loop's floor (`minTargetFraction`), its reason is `HeldAtFloor`: the p99 may need less than the
+loop may go to, and declaring the floor is no cure.
 
 The state carried between calls (`ScalerState`) is an immutable value with `to_dict` /
 `from_dict`, so the controller may keep it in memory or in status.

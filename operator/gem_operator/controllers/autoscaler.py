@@ -152,13 +152,16 @@ def scaled_event(decision: Decision) -> str:
 
 
 def learned_event(status: Mapping[str, Any], decision: Decision) -> str | None:
-    """The event's message where the TargetLearned condition turns True at this sync (None: it does
-    not, or it was True already): one event per learned target, not one per sync."""
+    """The event's message where the TargetLearned condition turns True at this sync, or changes its
+    reason while True (held below the declared target, then at the loop's floor); None otherwise:
+    one event per thing learned, not one per sync."""
     cond = decision.learned
     if cond is None or cond.status != "True":
         return None
     for seen in status.get("conditions") or []:
-        if isinstance(seen, Mapping) and seen.get("type") == TARGET_LEARNED and seen.get("status") == "True":
+        if not isinstance(seen, Mapping) or seen.get("type") != TARGET_LEARNED:
+            continue
+        if seen.get("status") == "True" and seen.get("reason") == cond.reason:
             return None
     return cond.message[0].upper() + cond.message[1:] + "."
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gem_operator.autoscaling.learned import LEARNED_BELOW
+from gem_operator.autoscaling.learned import LEARNED_BELOW, advice
 from gem_operator.replay.service_model import ServiceModel
 
 POLICY = "policy"
@@ -119,17 +119,8 @@ class LearnedTarget:
             else f" (a live pool's TargetLearned condition turns True at minute {self.condition_minute})"
         )
         if self.at_floor:
-            return (
-                f"{held}, the loop's floor (sloFeedback.minTargetFraction): the p99 may need less SM active than "
-                f"the loop may go to; declaring targetSmActive {self.end:.2f} saves only the first windows, a lower "
-                f"minTargetFraction spends more GPUs on the p99, and a p99 over the SLO at low load is one capacity "
-                f"does not fix{condition}"
-            )
-        return (
-            f"{held}: the p99 needs less SM active than declared on this fleet and traffic; a pool starts at "
-            f"targetSmActive and spends its first windows learning this again, so declare "
-            f"spec.autoscaling.targetSmActive near {self.end:.2f}{condition}"
-        )
+            held += ", the loop's floor (sloFeedback.minTargetFraction)"
+        return f"{held}: {advice(self.end, at_floor=self.at_floor)}{condition}"
 
 
 @dataclass
