@@ -704,6 +704,8 @@ def test_state_with_queue_round_trips() -> None:
         '{"recommendations": [[NaN, 3]]}',
         '{"queue": [NaN, 2]}',
         '{"backlog": {"depth": 1}}',  # KeyError
+        '{"targetLowRun": [NaN, 0.4]}',
+        '{"targetLowRun": [9990]}',  # IndexError
         "[[9990, 3]]",  # not an object at all
     ],
 )
