@@ -75,6 +75,11 @@ def advice(target: float, *, at_floor: bool) -> str:
     )
 
 
+def on_floor(target: float, floor: float) -> bool:
+    """Whether `target` is the loop's `floor` (to a rounding of the clamp that put it there)."""
+    return target <= floor * (1 + 1e-6)
+
+
 def loop_floor(spec: AutoscalingSpec) -> float:
     """The SLO loop's lowest target in SM active as read (`minTargetFraction` of the declared target,
     taken in busy SM where `metrics.smActiveIdle` is declared, as the loop works)."""
@@ -106,8 +111,7 @@ def learned_target(
             f"{minutes} of the {LEARNED_AFTER_SECONDS / 60:g} min that name a learned target"
         )
         return Learned(run, ConditionValue(TARGET_LEARNED, "False", "Learning", learning))
-    floor = loop_floor(spec)
-    if target <= floor * (1 + 1e-6):
+    if on_floor(target, loop_floor(spec)):
         p99 = "" if p99_ms is None else f"; the last p99 is {p99_ms:.1f} ms against the {slo_ms:g} ms SLO"
         message = (
             f"the SLO loop has held the SM target at its floor, {target:.2f} (sloFeedback.minTargetFraction "
@@ -133,4 +137,5 @@ __all__ = [
     "learned_target",
     "loop_floor",
     "low_run",
+    "on_floor",
 ]

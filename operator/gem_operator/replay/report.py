@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gem_operator.autoscaling.learned import LEARNED_BELOW, advice
+from gem_operator.autoscaling.learned import LEARNED_BELOW, advice, on_floor
 from gem_operator.replay.service_model import ServiceModel
 
 POLICY = "policy"
@@ -95,7 +95,7 @@ class LearnedTarget:
     @property
     def at_floor(self) -> bool:
         """The loop ended at its floor: it may have wanted less, and declaring the floor is no cure."""
-        return self.floor is not None and self.end <= self.floor * (1 + 1e-6)
+        return self.floor is not None and on_floor(self.end, self.floor)
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {
