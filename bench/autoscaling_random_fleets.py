@@ -17,8 +17,13 @@ Each case checks:
 and is sorted by how the SLO loop ended, as the pool's TargetLearned condition reads it:
 `HeldAtFloor` (held at its floor for half an hour: the p99 may need less than the loop may go to),
 `HeldBelowDeclared` (held at or below 0.8 x targetSmActive above the floor), or neither. Each class
-prints the policy's and HPA on RPS's GPU-hours (of static peak) and violation minutes. Exit status 1
-where a case breaks an invariant.
+prints the policy's and HPA on RPS's GPU-hours (of static peak) and violation minutes, and how many
+of its cases lose to HPA on RPS's own run (`against_rps`): worse (more violation minutes at no
+more GPU-hours) or dearer (more than `GPU_SLACK` x its GPU-hours at no fewer minutes). That is the
+sweeps' two comparisons read one-sided: they bisect RPS's target to the policy's GPU-hours and
+minutes, which would take this bench from seconds to many minutes, so a case where the policy
+spends more and RPS misses more is judged by neither. Exit status 1 where a case breaks an
+invariant; the comparisons are reported, since a fleet whose SLO no pool meets loses either way.
 """
 
 from __future__ import annotations
@@ -34,10 +39,10 @@ from dataclasses import dataclass
 
 from autoscaling_replay import MODES, SERVICE  # bench/ on sys.path
 from autoscaling_seeds import FAMILIES, with_field
+from autoscaling_verdicts import GPU_SLACK
 
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.learned import loop_floor
-from gem_operator.autoscaling.steps.slo_loop import loop_bounds
+from gem_operator.autoscaling.learned import loop_bounds_as_read
 from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, simulate
 from gem_operator.replay.report import PoolResult
 from gem_operator.replay.service_model import ServiceModel
@@ -120,10 +125,20 @@ def broken_invariants(spec: RankingServiceSpec, pol: PoolResult) -> tuple[str, .
     if pol.direction_changes_per_hour > budget:
         broken.append(f"{pol.direction_changes_per_hour:g} direction changes in an hour (budget {budget})")
     path = [t for t in pol.effective_target_per_minute if t is not None]
-    floor, ceiling = loop_floor(spec.autoscaling), loop_bounds(spec.autoscaling)[1]
+    floor, ceiling = loop_bounds_as_read(spec.autoscaling)
     if path and (min(path) < floor - 1e-9 or max(path) > ceiling + 1e-9):
         broken.append(f"SM target {min(path):.3f}..{max(path):.3f} outside the loop's {floor:.3f}..{ceiling:.3f}")
     return tuple(broken)
+
+
+def against_rps(o: Outcome) -> str | None:
+    """`worse` or `dearer` where the policy loses to HPA on RPS's own run (None: neither)."""
+    pol, rps = o.minutes[0], o.minutes[1]
+    if o.policy_share <= o.rps_share and pol > rps:
+        return "worse"
+    if rps <= pol and o.policy_share > GPU_SLACK * o.rps_share:
+        return "dearer"
+    return None
 
 
 def summary(outcomes: Sequence[Outcome]) -> list[str]:
@@ -133,6 +148,7 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
         classes[o.learned or "neither"].append(o)
     lines = [
         "class               cases  policy GPU-h/static (mean, max)  RPS mean   violation min: policy / RPS / static"
+        "   worse / dearer than RPS's run"
     ]
     for name in ("HeldAtFloor", "HeldBelowDeclared", "neither"):
         group = classes.get(name, [])
@@ -141,9 +157,10 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
         pol = [o.policy_share for o in group]
         rps = sum(o.rps_share for o in group) / len(group)
         mins = [sum(o.minutes[i] for o in group) for i in range(3)]
+        lost = [against_rps(o) for o in group]
         lines.append(
             f"{name:<19} {len(group):>5}  {sum(pol) / len(pol):>10.3f} {max(pol):>8.3f}            {rps:>8.3f}"
-            f"   {mins[0]} / {mins[1]} / {mins[2]}"
+            f"   {mins[0]} / {mins[1]} / {mins[2]}   {lost.count('worse')} / {lost.count('dearer')}"
         )
     return lines
 
@@ -162,9 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = list(pool.map(run_case, draws(args.draws, args.seed)))
     for o in outcomes:
         mark = "BROKEN " if o.broken else ""
+        lost = against_rps(o)
         print(
             f"{mark}{o.draw.name}: policy {o.policy_share:.3f} of static GPU-h, RPS {o.rps_share:.3f}; "
             f"violation min {o.minutes[0]} / {o.minutes[1]} / {o.minutes[2]}; TargetLearned {o.learned or '-'}"
+            + ("" if lost is None else f"; {lost} than RPS's run")
             + "".join(f"; {b}" for b in o.broken)
         )
     print()

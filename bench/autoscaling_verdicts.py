@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.steps.slo_loop import loop_bounds
+from gem_operator.autoscaling.learned import loop_bounds_as_read
 from gem_operator.replay.engine import (
     HPA_RPS,
     POLICY,
@@ -458,14 +458,17 @@ HEADROOMS = (1.0, 1.5, 2.0, 3.0, 4.0)
 AT_LOOP_CEILING = "the SLO loop's highest effective target"
 
 
-def loop_ceiling_headroom(spec: RankingServiceSpec) -> float:
+def loop_ceiling_headroom(spec: RankingServiceSpec, model: ServiceModel) -> float:
     """The oracle's headroom at the highest effective target the SLO loop may reach: `targetSmActive`
-    x `maxTargetFraction`, capped below SM saturation (1: the ratchet, or no feedback, never
-    rises above `targetSmActive`)."""
+    x `maxTargetFraction`, capped below SM saturation, in SM active as read
+    (`learned.loop_bounds_as_read`), as the load per pod at `targetSmActive` over the load per pod
+    there on the fleet's SM curve (1: the ratchet, or no feedback, never rises above `targetSmActive`).
+    A ratio of SM figures would misread a fleet whose SM active idles above zero."""
     a = spec.autoscaling
     if not a.slo_feedback.enabled or a.slo_feedback.controller != "band":
         return 1.0
-    return a.target_sm_active / loop_bounds(a)[1]
+    at_ceiling = model.utilisation_for_sm(loop_bounds_as_read(a)[1])
+    return model.utilisation_for_sm(a.target_sm_active) / at_ceiling if at_ceiling > 0 else 1.0
 
 
 def oracle_table(
@@ -474,7 +477,7 @@ def oracle_table(
     """The reactive oracle at `HEADROOMS`, and first at the SLO loop's ceiling: whether a GPU-hour
     target is within reach of a reactive policy that stays within the spec's bounds (the oracle at
     x1 runs at `targetSmActive`, which the loop may exceed)."""
-    ceiling = loop_ceiling_headroom(spec)
+    ceiling = loop_ceiling_headroom(spec, model)
     rows = []
     for h in (ceiling, *HEADROOMS) if ceiling < 1.0 else HEADROOMS:
         r = reactive_oracle(load, spec, model, h, warmup)

@@ -53,3 +53,39 @@ def test_the_command_replays_its_draws_and_names_bad_options() -> None:
     assert "0 of 2 cases break an invariant" in done.stdout and "violation min" in done.stdout
     bad = subprocess.run([*run[:2], "--draws", "0"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "--draws: 0; draw at least one case" in bad.stderr
+
+
+def test_the_bounds_are_the_loops_own_in_sm_active_as_read() -> None:
+    # Declared idle floor 0.5, target 0.8: busy 0.6, x 2 capped at 0.95 busy, 0.975 as read.
+    fleets = bench_module("autoscaling_random_fleets")
+    spec = SPEC.model_copy(deep=True)
+    spec.autoscaling.target_sm_active = 0.8
+    spec.autoscaling.metrics.sm_active_idle = 0.5
+    spec.autoscaling.slo_feedback.max_target_fraction = 2.0
+    pol = pool_result(POLICY, changes=2.0)
+    pol.effective_target_per_minute = [0.8, 0.97, 0.65]  # floor: 0.5 + 0.5 x 0.6 x 0.5
+    assert list(fleets.broken_invariants(spec, pol)) == []
+    pol.effective_target_per_minute = [0.98, 0.64]
+    assert list(fleets.broken_invariants(spec, pol)) == ["SM target 0.640..0.980 outside the loop's 0.650..0.975"]
+
+
+@pytest.mark.parametrize(
+    ("shares", "minutes", "lost"),
+    [
+        ((0.80, 0.80), (3, 2, 9), "worse"),  # as many GPU-hours, a minute more
+        ((0.79, 0.80), (2, 2, 9), None),
+        ((0.85, 0.80), (3, 2, 9), "dearer"),  # more GPU-hours and more minutes
+        ((0.85, 0.80), (2, 2, 9), "dearer"),  # past 1.05 x at as many minutes
+        ((0.84, 0.80), (2, 2, 9), None),  # within 1.05 x
+        ((0.85, 0.80), (1, 2, 9), None),  # the GPU-hours bought a minute: judged by neither, one-sided
+    ],
+)
+def test_a_case_is_judged_against_rpss_own_run(
+    shares: tuple[float, float], minutes: tuple[int, int, int], lost: str | None
+) -> None:
+    fleets = bench_module("autoscaling_random_fleets")
+    draw = fleets.draws(1, 1)[0]
+    outcome = fleets.Outcome(draw, shares[0], shares[1], minutes, None, ())
+    assert fleets.against_rps(outcome) == lost
+    line = fleets.summary([outcome])[1]
+    assert line.endswith(f"{int(lost == 'worse')} / {int(lost == 'dearer')}")

@@ -161,12 +161,34 @@ def ranking_service(**slo_feedback: Any) -> RankingServiceSpec:
     )
 
 
+@pytest.mark.parametrize(
+    ("idle", "declared", "headroom"),
+    [
+        (0.0, 0.0, 1 / 1.2),  # SM active in proportion to the load: 1 / maxTargetFraction
+        # SM idles at 0.3 (0.75 at full load), undeclared: the loop's 0.66 is 0.8 of a pod's load where
+        # 0.55 is 0.556 of it, a third more load per pod than 1.2 x the SM figure says.
+        (0.3, 0.0, (0.25 / 0.45) / (0.36 / 0.45)),
+        (0.3, 0.3, 1 / 1.2),  # declared: the loop takes 1.2 x the busy SM, 1.2 x the load
+    ],
+)
+def test_the_loops_ceiling_is_read_as_load_per_pod_on_the_fleets_sm_curve(
+    bench: Any, idle: float, declared: float, headroom: float
+) -> None:
+    spec = ranking_service(maxTargetFraction=1.2)
+    spec.autoscaling.target_sm_active = 0.55
+    spec.autoscaling.metrics.sm_active_idle = declared
+    model = ServiceModel(sm_active=((0.0, idle), (1.0, 0.75)))
+    assert bench.loop_ceiling_headroom(spec, model) == pytest.approx(headroom, rel=1e-6)
+
+
 def test_the_oracle_table_shows_the_slo_loops_ceiling_first(bench: Any) -> None:
     """Beside x1..x4, the oracle at the highest effective target the SLO loop may reach: whether a
     GPU-hour target is within reach of a policy that stays within the spec's bounds."""
     load = LoadSeries(np.full(1200, 2000.0), np.full(1200, 20.0))
     rows = bench.oracle_table(load, ranking_service(maxTargetFraction=1.1), ServiceModel(), 10.0, 3)
-    assert [r["headroom"] for r in rows] == [0.909, *bench.HEADROOMS]  # 1 / maxTargetFraction 1.1
+    # 1 / maxTargetFraction 1.1 in SM terms; in a pod's load on the model's curve (SM 0.03 idle, 0.95
+    # at full load) 0.57 / 0.63.
+    assert [r["headroom"] for r in rows] == [0.905, *bench.HEADROOMS]
     assert rows[0]["at"] == bench.AT_LOOP_CEILING and all("at" not in r for r in rows[1:])
     assert rows[0]["gpu_hours"] < rows[1]["gpu_hours"]  # less headroom: fewer replicas for the same load
     # A spec whose feedback never rises above targetSmActive (the default among them) has no such row.

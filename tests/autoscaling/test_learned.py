@@ -15,7 +15,14 @@ import pytest
 
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.autoscaling.learned import LEARNED_AFTER_SECONDS, TARGET_LEARNED, learned_target, loop_floor, low_run
+from gem_operator.autoscaling.learned import (
+    LEARNED_AFTER_SECONDS,
+    TARGET_LEARNED,
+    learned_target,
+    loop_bounds_as_read,
+    loop_floor,
+    low_run,
+)
 from gem_operator.autoscaling.policy import (
     MetricReading,
     Observation,
@@ -99,6 +106,21 @@ def test_at_the_floor_the_message_says_the_loop_may_have_wanted_less_and_what_ea
 )
 def test_the_floor_is_the_loops_own_in_sm_active_as_read(fields: dict[str, Any], floor: float) -> None:
     assert loop_floor(_spec(**fields)) == pytest.approx(floor)
+
+
+@pytest.mark.parametrize(
+    ("fields", "bounds"),
+    [
+        ({}, (0.30, 0.60)),
+        ({"sloFeedback": {"maxTargetFraction": 1.5}}, (0.30, 0.90)),
+        # Busy SM 0.5 above the idle floor 0.2: x 1.5 is 0.75 busy, 0.8 as read.
+        ({"metrics": {"smActiveIdle": 0.2}, "sloFeedback": {"maxTargetFraction": 1.5}}, (0.40, 0.80)),
+        # The loop's 0.95 cap is busy SM: 0.95 busy is 0.96 as read above an idle floor of 0.2.
+        ({"metrics": {"smActiveIdle": 0.2}, "sloFeedback": {"maxTargetFraction": 2.0}}, (0.40, 0.96)),
+    ],
+)
+def test_the_bounds_are_the_loops_own_in_sm_active_as_read(fields: dict[str, Any], bounds: tuple[float, float]) -> None:
+    assert loop_bounds_as_read(_spec(**fields)) == pytest.approx(bounds)
 
 
 def test_a_loop_that_is_off_learns_nothing() -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from gem_operator.api.autoscaling import AutoscalingSpec
 from gem_operator.autoscaling.decision import ConditionValue
 from gem_operator.autoscaling.idle import as_read, busy
+from gem_operator.autoscaling.steps.slo_loop import loop_bounds
 
 TARGET_LEARNED = "TargetLearned"  # status.conditions[].type
 LEARNED_BELOW = 0.8
@@ -80,13 +81,20 @@ def on_floor(target: float, floor: float) -> bool:
     return target <= floor * (1 + 1e-6)
 
 
-def loop_floor(spec: AutoscalingSpec) -> float:
-    """The SLO loop's lowest target in SM active as read (`minTargetFraction` of the declared target,
-    taken in busy SM where `metrics.smActiveIdle` is declared, as the loop works)."""
-    idle, fraction = spec.metrics.sm_active_idle, spec.slo_feedback.min_target_fraction
+def loop_bounds_as_read(spec: AutoscalingSpec) -> tuple[float, float]:
+    """[floor, ceiling] of the SLO loop's target in SM active as read: `loop_bounds` taken in busy SM
+    where `metrics.smActiveIdle` is declared, as the loop works (its 0.95 cap is busy SM too), and
+    read back."""
+    idle = spec.metrics.sm_active_idle
     if idle <= 0:
-        return spec.target_sm_active * fraction
-    return as_read(busy(spec.target_sm_active, idle) * fraction, idle)
+        return loop_bounds(spec)
+    floor, ceiling = loop_bounds(spec.model_copy(update={"target_sm_active": busy(spec.target_sm_active, idle)}))
+    return as_read(floor, idle), as_read(ceiling, idle)
+
+
+def loop_floor(spec: AutoscalingSpec) -> float:
+    """The SLO loop's lowest target in SM active as read (`loop_bounds_as_read`)."""
+    return loop_bounds_as_read(spec)[0]
 
 
 def learned_target(
@@ -135,6 +143,7 @@ __all__ = [
     "LowRun",
     "advice",
     "learned_target",
+    "loop_bounds_as_read",
     "loop_floor",
     "low_run",
     "on_floor",
