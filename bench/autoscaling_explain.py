@@ -30,10 +30,11 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from autoscaling_replay import MODES  # bench/ on sys.path
 from autoscaling_seeds import SweepInputs, parser, sweep_inputs
@@ -189,6 +190,26 @@ def kept_run_args(
     return ap, args
 
 
+Got = TypeVar("Got")
+
+
+def replay_kept(
+    prog: str, run: Callable[[Job], Got], jobs: Sequence[Job], at_once: int, each: Callable[[Got], None]
+) -> int:
+    """Replay `jobs` with `run`, `at_once` at a time, handing each result to `each` in the jobs'
+    order: 0, or 1 with the reason on stderr where a kept case is one this checkout's sweeps do not
+    make (the cases not yet started are then not replayed for nothing)."""
+    with ProcessPoolExecutor(max_workers=at_once) as pool:
+        try:
+            for got in pool.map(run, jobs):
+                each(got)
+        except ValueError as exc:
+            pool.shutdown(cancel_futures=True)
+            print(f"{prog}: cannot replay {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
 def run_job(job: Job) -> Explained:
     name, args, case, mode, worse, dearer = job
     try:
@@ -203,19 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     jobs = kept_cases(args.run, args.only)
     lost: Counter[str] = Counter()
     extra = dict.fromkeys(PHASES, 0.0)
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        try:
-            for got in pool.map(run_job, jobs):
-                print(f"{got.where}:")
-                for line in got.lines:
-                    print(f"  {line}")
-                lost += got.lost_minutes
-                for phase, minutes in got.extra_replica_minutes.items():
-                    extra[phase] += minutes
-        except ValueError as exc:  # a kept case this checkout's sweeps do not make
-            pool.shutdown(cancel_futures=True)  # the cases not yet started are not replayed for nothing
-            print(f"{ap.prog}: cannot replay {exc}", file=sys.stderr)
-            return 1
+
+    def each(got: Explained) -> None:
+        nonlocal lost
+        print(f"{got.where}:")
+        for line in got.lines:
+            print(f"  {line}")
+        lost += got.lost_minutes
+        for phase, minutes in got.extra_replica_minutes.items():
+            extra[phase] += minutes
+
+    if replay_kept(ap.prog, run_job, jobs, args.jobs, each):
+        return 1
     worse, dearer = sum(j[4] for j in jobs), sum(j[5] for j in jobs)
     print(f"{worse} worse cases: minutes over the SLO the policy has and RPS at its GPU-hours has not, by phase:")
     print("  " + ", ".join(f"{p} {lost[p]}" for p in PHASES))

@@ -28,11 +28,10 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from autoscaling_explain import Job, kept_cases, kept_run_args, replay_case  # bench/ on sys.path
+from autoscaling_explain import Job, kept_cases, kept_run_args, replay_case, replay_kept  # bench/ on sys.path
 from autoscaling_verdicts import GPU_SLACK, rps_as_few_run, rps_at_equal
 
 from gem_operator.api.serving import RankingServiceSpec
@@ -167,18 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     ap, args = kept_run_args(__doc__, argv, every="--all")
     jobs = kept_cases(args.run, args.only, losses_only=not args.all)
     counts: Counter[tuple[str, bool, bool]] = Counter()
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        try:
-            for got in pool.map(run_job, jobs):
-                counts[("worse", *got.worse)] += 1
-                counts[("dearer", *got.dearer)] += 1
-                said = [m for m in (mark(got.worse, "worse"), mark(got.dearer, "dearer")) if m]
-                if said:
-                    print(f"{got.where}: {'; '.join(said)}\n  {got.line}")
-        except ValueError as exc:  # a kept case this checkout's sweeps do not make
-            pool.shutdown(cancel_futures=True)
-            print(f"{ap.prog}: cannot replay {exc}", file=sys.stderr)
-            return 1
+
+    def each(got: Spread) -> None:
+        counts[("worse", *got.worse)] += 1
+        counts[("dearer", *got.dearer)] += 1
+        said = [m for m in (mark(got.worse, "worse"), mark(got.dearer, "dearer")) if m]
+        if said:
+            print(f"{got.where}: {'; '.join(said)}\n  {got.line}")
+
+    if replay_kept(ap.prog, run_job, jobs, args.jobs, each):
+        return 1
     print(f"{len(jobs)} cases read{' (every kept case)' if args.all else ' (the kept losses)'}:")
     for name in ("worse", "dearer"):
         print(

@@ -56,7 +56,7 @@ class RpsAtEqualGpu:
             return float(runs[0].slo_violation_minutes)
         lo, hi = runs
         w = (self.gpu_hours - lo.gpu_hours) / (hi.gpu_hours - lo.gpu_hours)
-        return lo.slo_violation_minutes + w * (hi.slo_violation_minutes - lo.slo_violation_minutes)
+        return float(lo.slo_violation_minutes + w * (hi.slo_violation_minutes - lo.slo_violation_minutes))
 
     def describe(self) -> str:
         parts = [
@@ -436,7 +436,7 @@ def reactive_oracle(
     def decide(now: float, pool: Pool, win: Window) -> int:
         t = int(now)
         peak = float(max(cost[max(0, t - window_s) : t] or [0.0]))
-        return max(spec.autoscaling.min_replicas, math.ceil(headroom * peak / per_replica - 1e-9))
+        return int(max(spec.autoscaling.min_replicas, math.ceil(headroom * peak / per_replica - 1e-9)))
 
     first = max(cost[:60] or [0.0])
     initial = max(spec.autoscaling.min_replicas, math.ceil(headroom * first / per_replica - 1e-9))
