@@ -8,11 +8,14 @@ load), an SM-active curve with or without an idle floor, a pod's throughput, its
 model-load times, a declared `targetSmActive` (0.40-0.75) and an SLO (25-80 ms), each over a family
 of `bench/autoscaling_seeds.py` at a seed in 5000-8999 and a scale mode, all drawn from `--seed`.
 Many such fleets cannot meet their SLO near the declared target, and some not at any load a pool
-would run at: a bench for what the policy promises on any fleet, not for its verdicts against RPS.
+would run at: a bench for what the policy promises on any fleet, which reports its comparisons with
+RPS (below) but fails only on a broken invariant.
 
 Each case checks:
 - no hour holds more than `hysteresis.maxDirectionChangesPerHour` direction changes;
-- the SLO loop's target stays within its floor and ceiling (`minTargetFraction`, `maxTargetFraction`).
+- the SLO loop's target stays within its floor and ceiling (`minTargetFraction`, `maxTargetFraction`);
+- no scale-down on a fresh p99 over the SLO or with no usable SM reading
+  (`replay.autoscalers.unsafe_scale_down`, at every sync of the policy's pool).
 
 and is sorted by how the SLO loop ended, as the pool's TargetLearned condition reads it:
 `HeldAtFloor` (held at its floor for half an hour: the p99 may need less than the loop may go to),
@@ -128,6 +131,7 @@ def broken_invariants(spec: RankingServiceSpec, pol: PoolResult) -> tuple[str, .
     floor, ceiling = loop_bounds_as_read(spec.autoscaling)
     if path and (min(path) < floor - 1e-9 or max(path) > ceiling + 1e-9):
         broken.append(f"SM target {min(path):.3f}..{max(path):.3f} outside the loop's {floor:.3f}..{ceiling:.3f}")
+    broken.extend(f"{why} at {when:.0f}s" for when, why in pol.unsafe_scale_downs)
     return tuple(broken)
 
 
@@ -142,7 +146,8 @@ def against_rps(o: Outcome) -> str | None:
 
 
 def summary(outcomes: Sequence[Outcome]) -> list[str]:
-    """One line per class of how the loop ended: cases, GPU-hours of static, violation minutes."""
+    """One line per class of how the loop ended: cases, GPU-hours of static, violation minutes, and
+    the cases worse and dearer than RPS's run."""
     classes: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         classes[o.learned or "neither"].append(o)

@@ -332,7 +332,18 @@ def verdicts(
             f"{pol.direction_changes_per_hour:.2f} (target <= 4)",
             status(pol.direction_changes_per_hour <= 4),
         ),
+        unsafe_scale_downs(pol),
     ]
+
+
+def unsafe_scale_downs(pol: PoolResult) -> tuple[str, str, str]:
+    """No scale-down on a fresh p99 over the SLO or with no usable SM reading, at any sync
+    (`replay.autoscalers.unsafe_scale_down`): the invariants the policy keeps, judged on every case."""
+    name = "scale-downs over the SLO or without a reading"
+    if not pol.unsafe_scale_downs:
+        return name, "0 (target 0)", PASS
+    when, why = pol.unsafe_scale_downs[0]
+    return name, f"{len(pol.unsafe_scale_downs)} (target 0; the first at {when:.0f}s: {why})", FAIL
 
 
 # Each target's short name in a sweep's lines, by its name in `verdicts` (in that order).
@@ -342,6 +353,7 @@ SHORT_NAMES = {
     "vs RPS baseline at equal or lower GPU-hours": "vs RPS at equal GPU-h",
     "vs RPS baseline at as few violation minutes": "vs RPS at as few minutes",
     "direction changes/hour": "direction changes",
+    "scale-downs over the SLO or without a reading": "unsafe scale-downs",
 }
 SLO_MINUTES = SHORT_NAMES["SLO-violation minutes after warm-up"]
 

@@ -55,6 +55,15 @@ def test_the_command_replays_its_draws_and_names_bad_options() -> None:
     assert bad.returncode == 2 and "--draws: 0; draw at least one case" in bad.stderr
 
 
+def test_a_scale_down_the_policy_never_makes_breaks_the_case() -> None:
+    fleets = bench_module("autoscaling_random_fleets")
+    pol = pool_result(POLICY, changes=2.0)
+    pol.effective_target_per_minute = [0.6]
+    pol.unsafe_scale_downs = [(615.0, "scale-down 10 -> 8 on a fresh p99 of 41.0 ms over the SLO")]
+    got = list(fleets.broken_invariants(SPEC, pol))
+    assert got == ["scale-down 10 -> 8 on a fresh p99 of 41.0 ms over the SLO at 615s"]
+
+
 def test_the_bounds_are_the_loops_own_in_sm_active_as_read() -> None:
     # Declared idle floor 0.5, target 0.8: busy 0.6, x 2 capped at 0.95 busy, 0.975 as read.
     fleets = bench_module("autoscaling_random_fleets")

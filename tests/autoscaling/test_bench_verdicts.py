@@ -78,7 +78,14 @@ def test_a_sweep_line_names_each_missed_target_and_the_tally_counts_them(bench: 
     said = tally.describe()
     assert said.startswith("every target met in 1 of 3; ")
     assert "GPU-hours 2, SLO minutes 0 (+2 out of reach), " in said
-    assert said.endswith("vs RPS at as few minutes 0, direction changes 2")
+    assert said.endswith("vs RPS at as few minutes 0, direction changes 2, unsafe scale-downs 0")
+    # A scale-down the policy never makes is a FAIL of its own, with the first one named.
+    unsafe = pool_result(POLICY, 20.0, 1)
+    unsafe.unsafe_scale_downs = [(615.0, "scale-down 10 -> 8 with no usable SM reading"), (900.0, "...")]
+    broke = bench.verdicts(report(unsafe, pool_result(HPA_RPS, 20.0, 3)), True)
+    assert bench.missed(broke) == "FAIL: unsafe scale-downs"
+    said_unsafe = dict((k, v) for k, v, _ in broke)["scale-downs over the SLO or without a reading"]
+    assert said_unsafe == "2 (target 0; the first at 615s: scale-down 10 -> 8 with no usable SM reading)"
     # A miss the oracle reaches with more headroom is a FAIL; at the oracle's x1 floor it is said so.
     reachable = bench.Reach(True, 1.75, 1.5, 5.3, 1.5, 0.7)  # the oracle at x1: 5.3 % of minutes
     floor = bench.verdicts(report(pool_result(POLICY, 20.0, 3), pool_result(HPA_RPS, 20.0, 3)), True, None, reachable)

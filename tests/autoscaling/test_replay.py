@@ -16,6 +16,9 @@ import yaml
 from gem_common.traces import TraceFields, parse_where
 from gem_operator.api.autoscaling import SloFeedback
 from gem_operator.api.serving import RankingServiceSpec
+from gem_operator.autoscaling.decision import Decision, Limit
+from gem_operator.replay import autoscalers
+from gem_operator.replay.autoscalers import Window, pool_observation, unsafe_scale_down
 from gem_operator.replay.command import main
 from gem_operator.replay.engine import (
     HPA_RPS,
@@ -24,8 +27,6 @@ from gem_operator.replay.engine import (
     Arrivals,
     LoadSeries,
     TraceError,
-    Window,
-    _observation,
     load_service,
     load_trace,
     run_replay,
@@ -839,6 +840,49 @@ def test_each_pod_is_read_over_its_own_ready_seconds() -> None:
     assert rps[0] == pytest.approx((150.0 * 10 + 100.0 * 5) / 15)  # requests shared by the pods Ready then
     assert rps[2] == pytest.approx(100.0) and rps[3] is None
     # The observation carries exactly the pods with a sample; the others count as missing.
-    obs = _observation(pool, 15.0, got, 1, None)
+    obs = pool_observation(pool, 15.0, got, 1, None)
     assert sorted(obs.metrics.samples) == ["pod-0", "pod-1", "pod-2"]
     assert [p.serving for p in obs.pods] == [True, True, True, True]
+
+
+def _decision(
+    current: int, desired: int, *, held: bool = False, p99: float | None = None, bound: bool = False
+) -> Decision:
+    limits = (Limit("bounds", "TooManyReplicas", "capped at maxReplicas=8", current, desired),) if bound else ()
+    return Decision(desired, current, "test", (), held=held, p99_ms=p99, limits=limits)
+
+
+@pytest.mark.parametrize(
+    ("decision", "why"),
+    [
+        (_decision(10, 8, p99=30.0), None),  # under the SLO: a scale-down it may make
+        (_decision(10, 8), None),  # no fresh p99 (the SLO loop holds), the SM reading sized it
+        (_decision(10, 8, p99=41.0), "scale-down 10 -> 8 on a fresh p99 of 41.0 ms over the SLO"),
+        (_decision(10, 8, held=True), "scale-down 10 -> 8 with no usable SM reading"),
+        (_decision(10, 12, p99=90.0), None),  # a scale-up over the SLO is what it should do
+        (_decision(10, 10, held=True), None),
+        # maxReplicas lowered to 8 under the pool: the bounds bring it down, whatever the p99 or the reading.
+        (_decision(10, 8, p99=41.0, bound=True), None),
+        (_decision(10, 8, held=True, bound=True), None),
+    ],
+)
+def test_a_scale_down_the_policy_never_makes_is_named(decision: Decision, why: str | None) -> None:
+    assert unsafe_scale_down(decision, 40.0) == why
+
+
+def test_the_replay_records_every_scale_down_the_policy_never_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flat load's replay has none; a policy that sheds a replica at every sync on a p99 it
+    reads as over the SLO has one at each of those syncs, with its time."""
+    spec = load_service_text(SERVICE_YAML)
+    load = np.full(900, 1500.0)
+    assert simulate(LoadSeries(cost=load, requests=load), spec, ServiceModel()).results[POLICY].unsafe_scale_downs == []
+    real = autoscalers.desired_replicas
+
+    def shedding(*args: Any, **kwargs: Any) -> Decision:
+        d = real(*args, **kwargs)
+        return dataclasses.replace(d, desired_replicas=max(2, d.current_replicas - 1), p99_ms=55.0)
+
+    monkeypatch.setattr(autoscalers, "desired_replicas", shedding)
+    pol = simulate(LoadSeries(cost=load, requests=load), spec, ServiceModel()).results[POLICY]
+    assert pol.unsafe_scale_downs and pol.unsafe_scale_downs[0][0] == 15.0
+    assert all(why.endswith("on a fresh p99 of 55.0 ms over the SLO") for _, why in pol.unsafe_scale_downs)

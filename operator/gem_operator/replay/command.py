@@ -1,7 +1,8 @@
 """`gemop replay`: the command's flags and output around `engine.run_replay`.
 
-What the replay simulates, and how, is in `engine.py`; this module only reads the flags, prints
-the table or JSON, writes the plot through the testbed's plotter, and turns bad input into exit 2.
+What the replay simulates, and how, is in `engine.py` (each pool's autoscaler in `autoscalers.py`);
+this module only reads the flags, prints the table or JSON, writes the plot through the testbed's
+plotter, and turns bad input into exit 2.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ Minutes before the first scaling decision can take effect
 violations are reported apart, and the violation share is over the minutes after them.
 
 Every simulated second each pool serves the load through the service model
-(`service_model.py`); every `sync_seconds` (15 s) its autoscaler decides. Three pools see the
-same load:
+(`service_model.py`); every `sync_seconds` (15 s) its autoscaler decides (`autoscalers.py`: what
+a sync reads, and each pool's rule). Three pools see the same load:
 
 - `policy`: `policy.desired_replicas` with the RankingService's `spec.autoscaling`, fed the
   mean SM active of each Ready pod over the seconds of the last sync interval it was Ready (a
@@ -58,23 +58,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.learned import loop_floor
-from gem_operator.autoscaling.policy import (
-    LatencyReading,
-    MetricReading,
-    Observation,
-    PodSample,
-    PodState,
-    ScalerState,
-    desired_replicas,
-)
-from gem_operator.autoscaling.steps.hysteresis import as_hpa
+from gem_operator.replay.autoscalers import Decide, PolicyTrace, Window, policy_rule, rps_rule
 from gem_operator.replay.report import (
     HPA_RPS,
     POLICY,
@@ -97,102 +86,6 @@ from gem_operator.replay.traces import (
     time_note,
     to_series,
 )
-
-Decide = Callable[[float, Pool, "Window"], int]
-
-
-@dataclass
-class Window:
-    """Per-second history the autoscalers read at a sync (mean over the last interval)."""
-
-    sm: list[float]
-    requests: list[float]
-    p99: list[float] = field(default_factory=list)
-    ready: list[int] = field(default_factory=list)  # Ready pods in each second
-
-    def p99_over(self, since: int, until: int) -> float | None:
-        """Request-weighted p99 over [since, until): what `histogram_quantile(0.99, rate(...[1m]))` reads."""
-        lo = max(0, since)
-        values, weights = self.p99[lo:until], self.requests[lo:until]
-        if not values or sum(weights) <= 0:
-            return None
-        return weighted_quantile(values, weights[: len(values)], 0.99)
-
-    def mean(self, which: Literal["sm", "requests"], since: int, until: int) -> float:
-        seq = self.sm if which == "sm" else self.requests
-        part = seq[max(0, since) : until]
-        return sum(part) / len(part) if part else 0.0
-
-    def per_pod(
-        self, which: Literal["sm", "requests"], pool: Pool, now: float, since: int, until: int
-    ) -> list[float | None]:
-        """Each Ready pod's own mean over [since, until): only the seconds it was Ready count.
-
-        What a per-pod scrape reads: a pod that became Ready at `now` has served no second yet and
-        has no sample (it is not reported with the saturated SM of the pods that served the
-        interval before it). SM active is the same for every Ready pod in a second; requests are
-        shared evenly among the pods Ready in that second.
-        """
-        ready_after = pool.model.startup_seconds
-        out: list[float | None] = []
-        cache: dict[int, float | None] = {}
-        for created in pool.created:
-            if now - created < ready_after:
-                continue
-            lo = max(since, 0, math.ceil(created + ready_after - 1e-9))
-            if lo not in cache:
-                if which == "sm":
-                    part = self.sm[lo:until]
-                else:
-                    part = [r / n for r, n in zip(self.requests[lo:until], self.ready[lo:until], strict=False) if n > 0]
-                cache[lo] = sum(part) / len(part) if part else None
-            out.append(cache[lo])
-        return out
-
-
-def _samples(pods: Sequence[PodState], values: Sequence[float | None] | None, now: float) -> dict[str, PodSample]:
-    """Per-pod samples of the serving pods, in order (None: that pod has no sample yet)."""
-    if values is None:
-        return {}
-    serving = [p for p in pods if p.serving]
-    return {p.name: PodSample(v, now) for p, v in zip(serving, values, strict=False) if v is not None}
-
-
-def _observation(
-    pool: Pool,
-    now: float,
-    per_pod: Sequence[float | None] | None,
-    gpus: int,
-    free_gpus: int | None,
-    queue_seconds: float | None = None,
-    latency: LatencyReading | None = None,
-    panic_per_pod: Sequence[float | None] | None = None,
-) -> Observation:
-    ready = pool.ready_pods(now)
-    pods = [PodState(name=f"pod-{i}", ready=r, model_loaded=r) for i, r in enumerate(ready)]
-    samples = _samples(pods, per_pod, now)
-    reading = MetricReading(samples=samples) if samples else MetricReading.unavailable("no Ready pods reporting")
-    queue = None
-    if queue_seconds is not None:
-        queue = MetricReading(samples={p.name: PodSample(queue_seconds, now) for p in pods if p.serving})
-    free = None if free_gpus is None else max(0, free_gpus - len(pool.created) * gpus)
-    panic = None
-    if panic_per_pod is not None:
-        panic = MetricReading(samples=_samples(pods, panic_per_pod, now))
-    return Observation(
-        current_replicas=len(pool.created),
-        pods=pods,
-        metrics=reading,
-        gpus_per_replica=gpus,
-        free_gpus=free,
-        queue=queue,
-        latency=latency,
-        panic_metrics=panic,
-    )
-
-
-# The latency query's window (`rate(...[1m])` in metrics.latency's default).
-LATENCY_WINDOW_SECONDS = 60
 
 
 def warmup_minutes(model: ServiceModel, sync_seconds: float, minutes: int) -> int:
@@ -285,7 +178,7 @@ def simulate(
     gpus = spec.gpus_per_replica
     warmup = warmup_minutes(model, sync_seconds, minutes)
     slo_ms = spec.slo.p99_latency_ms
-    targets: list[tuple[float, float, str | None]] = []
+    synced = PolicyTrace()
 
     # The RPS baseline's per-replica target: the requests/s one replica serves at the same target
     # utilisation, calibrated with hindsight on the run's mean cost per request (the best fixed
@@ -299,7 +192,7 @@ def simulate(
 
     ceiling, ceiling_source = pool_ceiling(spec, cluster_gpus)
     rules: dict[str, tuple[Decide | None, int]] = {
-        POLICY: (policy_rule(spec_override or spec, slo_ms, sync_every, gpus, cluster_gpus, targets), start_n),
+        POLICY: (policy_rule(spec_override or spec, slo_ms, sync_every, gpus, cluster_gpus, synced), start_n),
         STATIC_PEAK: (None, static_n),
         HPA_RPS: (rps_rule(spec, target_rps, rps_window, gpus, cluster_gpus), start_n),
     }
@@ -321,11 +214,12 @@ def simulate(
             ceiling=None if decide is None else ceiling,
         )
     per_minute: list[float | None] = [None] * minutes
-    for when, target, _ in targets:
+    for when, target, _ in synced.targets:
         per_minute[min(minutes - 1, int(when // 60))] = target
     if POLICY in results:
         results[POLICY].effective_target_per_minute = per_minute
-        learned = [(when, why) for when, _, why in targets if why is not None]
+        results[POLICY].unsafe_scale_downs = synced.unsafe_scale_downs
+        learned = [(when, why) for when, _, why in synced.targets if why is not None]
         if learned:
             results[POLICY].target_learned_minute = int(learned[0][0] // 60)
             results[POLICY].target_learned_reason = learned[-1][1]
@@ -361,68 +255,6 @@ def pool_ceiling(spec: RankingServiceSpec, cluster_gpus: int | None) -> tuple[in
     if cluster_gpus is not None and gpus > 0 and max(a.min_replicas, cluster_gpus // gpus) < a.max_replicas:
         return max(a.min_replicas, cluster_gpus // gpus), f"--cluster-gpus {cluster_gpus} at gpusPerReplica {gpus}"
     return a.max_replicas, "spec.autoscaling.maxReplicas"
-
-
-def policy_rule(
-    spec: RankingServiceSpec,
-    slo_ms: float,
-    sync_every: int,
-    gpus: int,
-    cluster_gpus: int | None,
-    targets: list[tuple[float, float, str | None]],
-) -> Decide:
-    """The policy pool's autoscaler: `desired_replicas` with `spec.autoscaling`, fed at each sync
-    what the operator's sources would read; appends (time, effective SM target, the reason of the
-    pool's TargetLearned condition where it is True) to `targets`."""
-    pa = spec.autoscaling
-    state_box = [ScalerState()]
-
-    def decide(now: float, pool: Pool, win: Window) -> int:
-        t = int(now)
-        serving = pool.ready_count(now)
-        per_pod = win.per_pod("sm", pool, now, t - sync_every, t) if serving else None
-        # The ranking server's queue gauge over its completion rate: seconds of queued work per
-        # pod, as scraped at the sync (the fluid queue is spread evenly over the Ready pods).
-        queue_s = pool.queue_seconds(now) if pa.metrics.queue.enabled else None
-        latency = None
-        if pa.metrics.latency.enabled:
-            p99 = win.p99_over(t - LATENCY_WINDOW_SECONDS, t) if serving else None
-            latency = LatencyReading(p99, now) if p99 is not None else LatencyReading.unavailable("no requests")
-        panic = None
-        if pa.panic.enabled and serving:
-            panic = win.per_pod("sm", pool, now, t - pa.panic.window_seconds, t)
-        obs = _observation(pool, now, per_pod, gpus, cluster_gpus, queue_s, latency, panic)
-        d = desired_replicas(pa, state_box[0], obs, now, slo_p99_ms=slo_ms)
-        state_box[0] = d.state
-        learned = d.learned.reason if d.learned is not None and d.learned.status == "True" else None
-        targets.append((now, d.effective_target or pa.target_sm_active, learned))
-        return d.desired_replicas
-
-    return decide
-
-
-def rps_rule(
-    spec: RankingServiceSpec, target_rps: float, rps_window: int, gpus: int, cluster_gpus: int | None
-) -> Decide:
-    """The HPA-on-RPS pool's autoscaler: the same algorithm; the metric is requests/s per Ready pod,
-    expressed against the SM target so the HPA ratio metric/target is rps_per_pod / target_rps."""
-    a = spec.autoscaling
-    hpa = as_hpa(a)  # HPA's algorithm as HPA runs it: the ramp lead and the direction budget are this policy's
-    state_box = [ScalerState()]
-
-    def decide(now: float, pool: Pool, win: Window) -> int:
-        t = int(now)
-        ready = pool.ready_count(now)
-        per_pod = None
-        if ready:
-            rps = win.per_pod("requests", pool, now, t - rps_window, t)
-            per_pod = [None if r is None else r / target_rps * a.target_sm_active for r in rps]
-        obs = _observation(pool, now, per_pod, gpus, cluster_gpus)
-        d = desired_replicas(hpa, state_box[0], obs, now, saturation=None)
-        state_box[0] = d.state
-        return d.desired_replicas
-
-    return decide
 
 
 def run_pool(

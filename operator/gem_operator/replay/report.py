@@ -43,6 +43,8 @@ class PoolResult:
     # never), and its reason the last time it was True (HeldBelowDeclared, or HeldAtFloor).
     target_learned_minute: int | None = None
     target_learned_reason: str | None = None
+    # Scale-downs the policy promises never to make (`autoscalers.unsafe_scale_down`): (time, why).
+    unsafe_scale_downs: list[tuple[float, str]] = field(default_factory=list)
     # Of slo_violation_minutes, those in which the pool held its ceiling (maxReplicas, or what the
     # cluster's GPUs allow): it could not have scaled further; always 0 for the static pool.
     ceiling_violation_minutes: int = 0
