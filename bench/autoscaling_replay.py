@@ -109,7 +109,7 @@ from autoscaling_verdicts import (
     oracle_table,
     reach,
     rps_at_as_few_violations,
-    rps_at_equal_gpu_hours,
+    rps_at_equal,
     verdicts,
 )
 
@@ -186,7 +186,8 @@ def run_case(
     report = simulate(load, spec, model, service="bench-ranker", trace=sc.name, scale=sc.scale, scale_mode=mode)
     elapsed = time.perf_counter() - t0
     pol, rps, static = report.results[POLICY], report.results[HPA_RPS], report.results[STATIC_PEAK]
-    rps_iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours) if pol.gpu_hours > rps.gpu_hours else None
+    rps_equal = rps_at_equal(load, spec, model, pol, rps)
+    rps_iso = rps_equal.bisection
     rps_few = None
     if rps.slo_violation_minutes > pol.slo_violation_minutes:
         rps_few = rps_at_as_few_violations(load, spec, model, pol.slo_violation_minutes)
@@ -195,7 +196,7 @@ def run_case(
     reachable = None
     if pol.violation_pct > limit:
         reachable = reach(load, spec, model, static.gpu_hours, report.warmup_minutes, limit)
-    checks = verdicts(report, sc.flash, rps_iso, reachable, rps_few, limit)
+    checks = verdicts(report, sc.flash, rps_equal, reachable, rps_few, limit)
     oracle = oracle_table(load, spec, model, static.gpu_hours, report.warmup_minutes)
     variants = variant_runs(load, spec, model, mode, static.gpu_hours)
     targets = [x for x in pol.effective_target_per_minute if x is not None]

@@ -95,7 +95,7 @@ from autoscaling_verdicts import (
     missed,
     reach,
     rps_at_as_few_violations,
-    rps_at_equal_gpu_hours,
+    rps_at_equal,
     verdicts,
 )
 from pydantic import ValidationError
@@ -276,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             load = sc.series(mode)
             report = simulate(load, spec, model, scale_mode=mode)
             pol, rps, static = (report.results[k] for k in (POLICY, HPA_RPS, STATIC_PEAK))
-            iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours) if pol.gpu_hours > rps.gpu_hours else None
-            ref = float(rps.slo_violation_minutes) if iso is None else iso.violation_minutes()
+            equal = rps_at_equal(load, spec, model, pol, rps)
+            ref = equal.minutes
             few_gpu, rps_few = rps.gpu_hours, None
             if rps.slo_violation_minutes > pol.slo_violation_minutes:
                 rps_few = rps_at_as_few_violations(load, spec, model, pol.slo_violation_minutes)
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 feasible = f"  oracle within {GPU_TARGET} of static: {within} ({verdict})"
             # Every target, as the main bench judges it (the SLO-minute target by the family's limit);
             # the two comparisons with RPS are counted from its verdicts, not judged a second time here.
-            checks = verdicts(report, sc.flash, iso, r, rps_few, sc.slo_limit_pct)
+            checks = verdicts(report, sc.flash, equal, r, rps_few, sc.slo_limit_pct)
             status = {SHORT_NAMES[k]: st for k, _, st in checks}
             bad = status["vs RPS at equal GPU-h"] == FAIL
             dear = status["vs RPS at as few minutes"] == FAIL

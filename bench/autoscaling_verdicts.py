@@ -125,6 +125,9 @@ def rps_at_as_few_violations(load: LoadSeries, spec: RankingServiceSpec, model: 
     return RpsAsFew(minutes, best)
 
 
+OWN_RUN = "RPS at its default calibration"
+
+
 @dataclass(frozen=True)
 class RpsEqual:
     """What the comparison at equal GPU-hours reads of RPS, as `verdicts` judges it: RPS's own run
@@ -135,19 +138,26 @@ class RpsEqual:
     run: PoolResult  # read minute by minute: the upper of the bisection's two runs where it has two
     minutes: float  # RPS's violation minutes the policy's are judged against
     gpu_hours: float  # the GPU-hours they are compared at
+    note: str = OWN_RUN  # how RPS was read, as the verdict's text says it
+    bisection: RpsAtEqualGpu | None = None  # the re-runs, where RPS's own run spends less
+
+    @classmethod
+    def of_bisection(cls, iso: RpsAtEqualGpu) -> RpsEqual:
+        """RPS interpolated at the policy's GPU-hours (`iso.gpu_hours`) between the bisection's runs."""
+        assert iso.above is not None  # the bisection always ends with one
+        return cls(iso.above[0], iso.above[1], iso.violation_minutes(), iso.gpu_hours, iso.describe(), iso)
 
 
 def rps_at_equal(
     load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, pol: PoolResult, rps: PoolResult
 ) -> RpsEqual:
-    """The RPS reading the worse comparison judges the policy against (see `RpsEqual`). The scripts
-    that read a kept verdict again (`autoscaling_explain.py`, `autoscaling_spread.py`) read this."""
+    """The RPS reading the worse comparison judges the policy against (see `RpsEqual`): the one
+    place that chooses between RPS's own run and the bisection. `verdicts` and the scripts that read
+    a kept verdict again (`autoscaling_explain.py`, `autoscaling_spread.py`) read this."""
     if pol.gpu_hours <= rps.gpu_hours:
         declared = model.utilisation_for_sm(spec.autoscaling.target_sm_active)
         return RpsEqual(declared, rps, float(rps.slo_violation_minutes), rps.gpu_hours)
-    iso = rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours)
-    assert iso.above is not None  # the bisection always ends with one
-    return RpsEqual(iso.above[0], iso.above[1], iso.violation_minutes(), pol.gpu_hours)
+    return RpsEqual.of_bisection(rps_at_equal_gpu_hours(load, spec, model, pol.gpu_hours))
 
 
 def rps_as_few_run(
@@ -244,7 +254,7 @@ def at_oracle_floor(pol: PoolResult, reachable: Reach | None) -> bool:
 def verdicts(
     report: ReplayReport,
     flash: bool,
-    rps_iso: RpsAtEqualGpu | None = None,
+    rps_equal: RpsEqual | None = None,
     reachable: Reach | None = None,
     rps_few: RpsAsFew | None = None,
     limit: float | None = None,
@@ -254,22 +264,22 @@ def verdicts(
     An SLO-minute miss is OUT OF REACH (not a failure) only when `reachable` says that the
     reactive oracle, which knows the exact load and orders instantly, misses it too at every
     headroom within the GPU-hour target; every other miss is a FAIL. `limit`: the SLO-minute
-    target in % (default 3 with a flash crowd, else 1). `rps_few`: RPS re-run to as few violation
-    minutes as the policy, needed when RPS at its default calibration has more.
+    target in % (default 3 with a flash crowd, else 1). `rps_equal`: what `rps_at_equal` reads of
+    RPS (None: RPS's own run, which only a policy that spends no more may be judged against).
+    `rps_few`: RPS re-run to as few violation minutes as the policy, needed when RPS at its default
+    calibration has more.
     """
     pol, static, rps = (report.results[k] for k in (POLICY, STATIC_PEAK, HPA_RPS))
     ratio = pol.gpu_hours / static.gpu_hours
     if limit is None:
         limit = 3.0 if flash else 1.0
-    if pol.gpu_hours <= rps.gpu_hours:
-        ref, ref_note = rps, "RPS at its default calibration"
+    if rps_equal is None:
+        assert pol.gpu_hours <= rps.gpu_hours, "policy above RPS GPU-hours: pass rps_at_equal()"
+        ref, ref_note = rps, OWN_RUN
         ref_minutes, ref_gpu = float(rps.slo_violation_minutes), rps.gpu_hours
     else:
-        assert rps_iso is not None, "policy above RPS GPU-hours: pass rps_at_equal_gpu_hours()"
-        assert rps_iso.above is not None
-        ref = rps_iso.above[1]
-        ref_note = rps_iso.describe()
-        ref_minutes, ref_gpu = rps_iso.violation_minutes(), pol.gpu_hours
+        ref, ref_note = rps_equal.run, rps_equal.note
+        ref_minutes, ref_gpu = rps_equal.minutes, rps_equal.gpu_hours
 
     def status(ok: bool) -> str:
         return PASS if ok else FAIL
@@ -407,7 +417,7 @@ def gpu_at_as_few(pol: PoolResult, rps: PoolResult, rps_few: RpsAsFew | None) ->
     """Never more than GPU_SLACK x RPS's GPU-hours where RPS has as few violation minutes."""
     name = "vs RPS baseline at as few violation minutes"
     if rps.slo_violation_minutes <= pol.slo_violation_minutes:
-        ref, note = rps, "RPS at its default calibration"
+        ref, note = rps, OWN_RUN
     elif rps_few is None or rps_few.run is None:
         note = "RPS never reaches as few" if rps_few is not None else "RPS has more at its default calibration"
         text = f"{pol.slo_violation_minutes} vs {rps.slo_violation_minutes} violation min ({note}; nothing to compare)"

@@ -114,7 +114,7 @@ def test_rps_at_equal_gpu_hours_is_interpolated_between_the_runs_around_it(
     r = report(pool_result(POLICY, 3.71, policy_minutes), pool_result(HPA_RPS, 3.2, 5), static=10.0)
     iso = bench.RpsAtEqualGpu(3.71, (0.4, pool_result(HPA_RPS, 3.60, 4)), (0.45, pool_result(HPA_RPS, 3.86, 2)))
     assert iso.violation_minutes() == pytest.approx(4 - 2 * 0.11 / 0.26)
-    checks = dict((k, (v, st)) for k, v, st in bench.verdicts(r, False, iso, None))
+    checks = dict((k, (v, st)) for k, v, st in bench.verdicts(r, False, bench.RpsEqual.of_bisection(iso), None))
     text, got = checks["vs RPS baseline at equal or lower GPU-hours"]
     assert got == status
     assert "3.60" in text and "3.86" in text and "interpolated" in text
@@ -125,13 +125,30 @@ def test_rps_at_equal_gpu_hours_with_one_run_uses_it(bench: Any) -> None:
     assert iso.violation_minutes() == 6.0
 
 
+def test_a_policy_that_spends_more_than_rps_is_not_judged_against_rpss_own_run(bench: Any) -> None:
+    """The choice between RPS's own run and the bisection is `rps_at_equal`'s alone: judging a
+    policy that spends more against RPS's own run would give RPS the smaller budget."""
+    r = report(pool_result(POLICY, 3.71, 3), pool_result(HPA_RPS, 3.2, 5), static=10.0)
+    with pytest.raises(AssertionError, match="pass rps_at_equal"):
+        bench.verdicts(r, False)
+    load = LoadSeries(np.full(600, 2000.0), np.full(600, 20.0))
+    spec, model = ranking_service(), ServiceModel()
+    cheap, dear = pool_result(POLICY, 3.0, 0), pool_result(POLICY, 3.71, 0)
+    own = bench.rps_at_equal(load, spec, model, cheap, pool_result(HPA_RPS, 3.2, 5))
+    assert (own.minutes, own.gpu_hours, own.note, own.bisection) == (5.0, 3.2, bench.OWN_RUN, None)
+    bisected = bench.rps_at_equal(load, spec, model, dear, pool_result(HPA_RPS, 3.2, 5))
+    assert bisected.bisection is not None and bisected.gpu_hours == 3.71
+    assert bisected.note.startswith("RPS re-run, ") and bisected.run is bisected.bisection.above[1]
+
+
 def test_gpu_hours_at_as_few_violation_minutes(bench: Any) -> None:
     """Where RPS has as few violation minutes, the policy may spend at most 1.05x its GPU-hours."""
     name = "vs RPS baseline at as few violation minutes"
 
     def judge(pol: PoolResult, rps: PoolResult, few: Any = None) -> tuple[str, str]:
         iso = bench.RpsAtEqualGpu(pol.gpu_hours, None, (0.3, pool_result(HPA_RPS, pol.gpu_hours + 1, 0)))
-        checks = {k: (v, st) for k, v, st in bench.verdicts(report(pol, rps), True, iso, None, few)}
+        equal = bench.RpsEqual.of_bisection(iso)
+        checks = {k: (v, st) for k, v, st in bench.verdicts(report(pol, rps), True, equal, None, few)}
         return checks[name]
 
     # RPS at its default calibration has as few minutes (2 <= 3): judged against its GPU-hours.
