@@ -131,7 +131,8 @@ class PolicyTrace:
     """What the policy pool's syncs said beside the count: (time, effective SM target, the reason of
     the pool's TargetLearned condition where it is True) at each sync, and the scale-downs the policy
     promises never to make (time, why): one on a fresh p99 over the SLO, or with no usable SM
-    reading. A replay that finds one has found a bug; the random-fleet bench checks for them."""
+    reading. A replay that finds one has found a bug: every bench case's verdicts and the
+    random-fleet bench check for them."""
 
     targets: list[tuple[float, float, str | None]] = field(default_factory=list)
     unsafe_scale_downs: list[tuple[float, str]] = field(default_factory=list)
