@@ -22,8 +22,9 @@ and is sorted by how the SLO loop ended, as the pool's TargetLearned condition r
 `HeldBelowDeclared` (held at or below 0.8 x targetSmActive above the floor), or neither. Each class
 prints the policy's and HPA on RPS's GPU-hours (of static peak) and violation minutes, and how many
 of its cases lose to HPA on RPS's own run (`against_rps`): worse (more violation minutes at no
-more GPU-hours) or dearer (more than `GPU_SLACK` x its GPU-hours at no fewer minutes). That is the
-sweeps' two comparisons read one-sided: they bisect RPS's target to the policy's GPU-hours and
+more GPU-hours) or dearer (more than `autoscaling_verdicts.GPU_SLACK`, 1.05, x its GPU-hours at
+no fewer minutes). That is the sweeps' two comparisons, judged by their own functions, read
+one-sided: the sweeps bisect RPS's target to the policy's GPU-hours and
 minutes, which would take this bench from seconds to many minutes, so a case where the policy
 spends more and RPS misses more is judged by neither. Exit status 1 where a case breaks an
 invariant; the comparisons are reported, since a fleet whose SLO no pool meets loses either way.
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 
 from autoscaling_replay import MODES, SERVICE  # bench/ on sys.path
 from autoscaling_seeds import FAMILIES, with_field
-from autoscaling_verdicts import GPU_SLACK
+from autoscaling_verdicts import FAIL, gpu_at_as_few, no_more_minutes
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.learned import loop_bounds_as_read
@@ -72,7 +73,8 @@ class Draw:
 @dataclass(frozen=True)
 class Outcome:
     """What one case did: the policy's and RPS's GPU-hours of static, each pool's violation minutes,
-    the TargetLearned reason it ended with (None: it never turned True) and what broke, if anything."""
+    the TargetLearned reason it ended with (None: it never turned True), what broke, if anything,
+    and how it lost to RPS's own run (`against_rps`; None: it did not)."""
 
     draw: Draw
     policy_share: float
@@ -80,6 +82,7 @@ class Outcome:
     minutes: tuple[int, int, int]  # policy, HPA on RPS, static peak
     learned: str | None
     broken: tuple[str, ...]
+    lost: str | None = None
 
 
 def draw_model(rng: random.Random) -> ServiceModel:
@@ -118,7 +121,8 @@ def run_case(draw: Draw) -> Outcome:
     pol, rps, static = (report.results[k] for k in (POLICY, HPA_RPS, STATIC_PEAK))
     minutes = (pol.slo_violation_minutes, rps.slo_violation_minutes, static.slo_violation_minutes)
     share = pol.gpu_hours / static.gpu_hours, rps.gpu_hours / static.gpu_hours
-    return Outcome(draw, share[0], share[1], minutes, pol.target_learned_reason, broken_invariants(spec, pol))
+    broken = broken_invariants(spec, pol)
+    return Outcome(draw, share[0], share[1], minutes, pol.target_learned_reason, broken, against_rps(pol, rps))
 
 
 def broken_invariants(spec: RankingServiceSpec, pol: PoolResult) -> tuple[str, ...]:
@@ -135,12 +139,13 @@ def broken_invariants(spec: RankingServiceSpec, pol: PoolResult) -> tuple[str, .
     return tuple(broken)
 
 
-def against_rps(o: Outcome) -> str | None:
-    """`worse` or `dearer` where the policy loses to HPA on RPS's own run (None: neither)."""
-    pol, rps = o.minutes[0], o.minutes[1]
-    if o.policy_share <= o.rps_share and pol > rps:
+def against_rps(pol: PoolResult, rps: PoolResult) -> str | None:
+    """`worse` or `dearer` where the policy loses to HPA on RPS's own run (None: neither), judged as
+    the sweeps judge it (`autoscaling_verdicts`), with no re-run of RPS: at equal GPU-hours only
+    where the policy spends no more, at as few minutes only where RPS has as few."""
+    if pol.gpu_hours <= rps.gpu_hours and not no_more_minutes(pol, rps.slo_violation_minutes, rps.gpu_hours):
         return "worse"
-    if rps <= pol and o.policy_share > GPU_SLACK * o.rps_share:
+    if gpu_at_as_few(pol, rps, None)[2] == FAIL:
         return "dearer"
     return None
 
@@ -162,7 +167,7 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
         pol = [o.policy_share for o in group]
         rps = sum(o.rps_share for o in group) / len(group)
         mins = [sum(o.minutes[i] for o in group) for i in range(3)]
-        lost = [against_rps(o) for o in group]
+        lost = [o.lost for o in group]
         lines.append(
             f"{name:<19} {len(group):>5}  {sum(pol) / len(pol):>10.3f} {max(pol):>8.3f}            {rps:>8.3f}"
             f"   {mins[0]} / {mins[1]} / {mins[2]}   {lost.count('worse')} / {lost.count('dearer')}"
@@ -184,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = list(pool.map(run_case, draws(args.draws, args.seed)))
     for o in outcomes:
         mark = "BROKEN " if o.broken else ""
-        lost = against_rps(o)
+        lost = o.lost
         print(
             f"{mark}{o.draw.name}: policy {o.policy_share:.3f} of static GPU-h, RPS {o.rps_share:.3f}; "
             f"violation min {o.minutes[0]} / {o.minutes[1]} / {o.minutes[2]}; TargetLearned {o.learned or '-'}"

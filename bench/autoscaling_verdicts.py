@@ -334,7 +334,7 @@ def verdicts(
             "vs RPS baseline at equal or lower GPU-hours",
             f"{pol.slo_violation_minutes} vs {ref_minutes:.2f} violation min at {pol.gpu_hours:.2f} vs "
             f"{ref_gpu:.2f} GPU-h ({ref_note}; never more passes)",
-            status(pol.slo_violation_minutes <= ref_minutes + 1e-9 and pol.gpu_hours <= ref_gpu * (1 + 1e-9)),
+            status(no_more_minutes(pol, ref_minutes, ref_gpu)),
         ),
         gpu_at_as_few(pol, rps, rps_few),
         (
@@ -344,6 +344,12 @@ def verdicts(
         ),
         unsafe_scale_downs(pol),
     ]
+
+
+def no_more_minutes(pol: PoolResult, ref_minutes: float, ref_gpu: float) -> bool:
+    """The comparison at equal GPU-hours: the policy has no more violation minutes than RPS's
+    `ref_minutes` and spends no more than its `ref_gpu` GPU-hours (to a rounding)."""
+    return pol.slo_violation_minutes <= ref_minutes + 1e-9 and pol.gpu_hours <= ref_gpu * (1 + 1e-9)
 
 
 def unsafe_scale_downs(pol: PoolResult) -> tuple[str, str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gem_operator.api.serving import RankingServiceSpec
-from gem_operator.replay.report import POLICY
+from gem_operator.replay.report import HPA_RPS, POLICY
 
 from .conftest import bench_module, pool_result
 
@@ -93,8 +93,9 @@ def test_a_case_is_judged_against_rpss_own_run(
     shares: tuple[float, float], minutes: tuple[int, int, int], lost: str | None
 ) -> None:
     fleets = bench_module("autoscaling_random_fleets")
-    draw = fleets.draws(1, 1)[0]
-    outcome = fleets.Outcome(draw, shares[0], shares[1], minutes, None, ())
-    assert fleets.against_rps(outcome) == lost
+    pol = pool_result(POLICY, shares[0] * 10, minutes[0])
+    rps = pool_result(HPA_RPS, shares[1] * 10, minutes[1])
+    assert fleets.against_rps(pol, rps) == lost
+    outcome = fleets.Outcome(fleets.draws(1, 1)[0], shares[0], shares[1], minutes, None, (), lost)
     line = fleets.summary([outcome])[1]
     assert line.endswith(f"{int(lost == 'worse')} / {int(lost == 'dearer')}")
