@@ -81,6 +81,22 @@ def over_slo(run: PoolResult, slo_ms: float) -> list[int]:
     return [m for m, p in enumerate(run.p99_ms_per_minute) if p is not None and p > slo_ms]
 
 
+def minutes_only_in(pol: PoolResult, equal: PoolResult, slo_ms: float) -> tuple[list[int], list[int]]:
+    """The minutes over the SLO that `pol` has and `equal` (RPS at equal GPU-hours) has not, and
+    the other way round."""
+    mine, theirs = over_slo(pol, slo_ms), over_slo(equal, slo_ms)
+    return [m for m in mine if m not in theirs], [m for m in theirs if m not in mine]
+
+
+def replica_minutes_above(pol: PoolResult, few: PoolResult, phases: Sequence[str]) -> dict[str, float]:
+    """The replica-minutes `pol` ran above `few` (RPS at as few violation minutes), by phase (one
+    entry per `PHASES`; a minute below it counts against its phase)."""
+    extra = dict.fromkeys(PHASES, 0.0)
+    for m, (a, b) in enumerate(zip(pol.replicas_per_minute, few.replicas_per_minute, strict=True)):
+        extra[phases[m]] += a - b
+    return extra
+
+
 @dataclass(frozen=True)
 class Explained:
     """One case, read minute by minute (`explain_case`)."""
@@ -116,8 +132,7 @@ def explain_case(sweep_args: Sequence[str], case: str, mode: str, *, worse: bool
     extra = dict.fromkeys(PHASES, 0.0)
     if worse:
         equal = rps_at_equal(load, spec, model, pol, rps).run
-        mine, theirs = over_slo(pol, slo), over_slo(equal, slo)
-        only = [m for m in mine if m not in theirs]
+        only, theirs_only = minutes_only_in(pol, equal, slo)
         lost.update(phases[m] for m in only)
 
         def at(minutes: list[int]) -> str:
@@ -127,17 +142,16 @@ def explain_case(sweep_args: Sequence[str], case: str, mode: str, *, worse: bool
             )
 
         lines.append(
-            f"worse: {len(mine)} min over the SLO, RPS at {equal.gpu_hours / pol.gpu_hours:.3f}x the policy's "
-            f"GPU-hours {len(theirs)}; the policy only at {at(only) or 'none'}; RPS only at "
-            f"{at([m for m in theirs if m not in mine]) or 'none'}"
+            f"worse: {len(over_slo(pol, slo))} min over the SLO, RPS at {equal.gpu_hours / pol.gpu_hours:.3f}x the "
+            f"policy's GPU-hours {len(over_slo(equal, slo))}; the policy only at {at(only) or 'none'}; RPS only at "
+            f"{at(theirs_only) or 'none'}"
         )
     if dearer:
         found = rps_as_few_run(load, spec, model, pol, rps)
         if found is None:
             raise ValueError(f"{case} {mode}: kept as dearer, but no RPS run has as few violation minutes")
         few = found[1]
-        for m, (a, b) in enumerate(zip(pol.replicas_per_minute, few.replicas_per_minute, strict=True)):
-            extra[phases[m]] += a - b
+        extra = replica_minutes_above(pol, few, phases)
         split = ", ".join(f"{p} {extra[p]:+.0f}" for p in PHASES if extra[p])
         lines.append(
             f"dearer: {pol.gpu_hours / few.gpu_hours:.3f}x the GPU-hours of RPS at as few violation minutes "

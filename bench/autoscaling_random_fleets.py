@@ -1,6 +1,6 @@
 """Fleets drawn at random: the policy's invariants on any fleet, and where its SLO loop ends.
 
-Run:  python bench/autoscaling_random_fleets.py [--draws N] [--seed S] [--jobs N]
+Run:  python bench/autoscaling_random_fleets.py [--draws N] [--seed S] [--jobs N] [--both-sides]
 
 Every sweep of `bench/autoscaling_sweeps.py` replays a fleet someone chose. This one draws them: a
 p99 curve (5-25 ms idle, rising 0.5-25 ms to each of one to four knees, then 5-300 ms more to full
@@ -24,10 +24,12 @@ prints the policy's and HPA on RPS's GPU-hours (of static peak) and violation mi
 of its cases lose to HPA on RPS's own run (`against_rps`): worse (more violation minutes at no
 more GPU-hours) or dearer (more than `autoscaling_verdicts.GPU_SLACK`, 1.05, x its GPU-hours at
 no fewer minutes). That is the sweeps' two comparisons, judged by their own functions, read
-one-sided: the sweeps bisect RPS's target to the policy's GPU-hours and
-minutes, which would take this bench from seconds to many minutes, so a case where the policy
-spends more and RPS misses more is judged by neither. Exit status 1 where a case breaks an
-invariant; the comparisons are reported, since a fleet whose SLO no pool meets loses either way.
+one-sided by default: a case where the policy spends more and RPS misses more is judged by
+neither. `--both-sides` judges them as the sweeps do, RPS's target bisected to the policy's
+GPU-hours (`rps_at_equal`) and to its violation minutes (`rps_at_as_few_violations`), which takes
+the bench from seconds to minutes, and adds up where the lost cases lost, by phase of the load as
+`bench/autoscaling_explain.py` reads a kept sweep (`by_phase`). Exit status 1 where a case breaks
+an invariant; the comparisons are reported, since a fleet whose SLO no pool meets loses either way.
 """
 
 from __future__ import annotations
@@ -39,17 +41,19 @@ import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from autoscaling_explain import PHASES, load_phases, minutes_only_in, replica_minutes_above
 from autoscaling_replay import MODES, SERVICE  # bench/ on sys.path
 from autoscaling_seeds import FAMILIES, with_field
-from autoscaling_verdicts import FAIL, gpu_at_as_few, no_more_minutes
+from autoscaling_verdicts import FAIL, gpu_at_as_few, no_more_minutes, rps_at_as_few_violations, rps_at_equal
 
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.learned import loop_bounds_as_read
 from gem_operator.replay.engine import HPA_RPS, POLICY, STATIC_PEAK, simulate
-from gem_operator.replay.report import PoolResult
+from gem_operator.replay.report import PoolResult, ReplayReport
 from gem_operator.replay.service_model import ServiceModel
+from gem_operator.replay.traces import LoadSeries, ScaleMode
 
 SEEDS = (5000, 9000)  # far from every sweep's seeds
 
@@ -63,7 +67,7 @@ class Draw:
     slo_ms: float
     family: str
     seed: int
-    mode: str
+    mode: ScaleMode
 
     @property
     def name(self) -> str:
@@ -74,7 +78,8 @@ class Draw:
 class Outcome:
     """What one case did: the policy's and RPS's GPU-hours of static, each pool's violation minutes,
     the TargetLearned reason it ended with (None: it never turned True), what broke, if anything,
-    and how it lost to RPS's own run (`against_rps`; None: it did not)."""
+    and how it lost to RPS (`against_rps` on its own run, or `against_rps_line`; None: it did not),
+    with where by phase of the load where judged against RPS's line (`against_rps_line`)."""
 
     draw: Draw
     policy_share: float
@@ -83,6 +88,7 @@ class Outcome:
     learned: str | None
     broken: tuple[str, ...]
     lost: str | None = None
+    by_phase: dict[str, float] = field(default_factory=dict)
 
 
 def draw_model(rng: random.Random) -> ServiceModel:
@@ -114,15 +120,22 @@ def draws(count: int, seed: int) -> list[Draw]:
     return out
 
 
-def run_case(draw: Draw) -> Outcome:
+def run_case(draw: Draw, both_sides: bool = False) -> Outcome:
     service = with_field(SERVICE, "autoscaling.targetSmActive", draw.target)
     spec = RankingServiceSpec.model_validate(with_field(service, "slo.p99LatencyMs", draw.slo_ms))
-    report = simulate(FAMILIES[draw.family](draw.seed).series(draw.mode), spec, draw.model, scale_mode=draw.mode)
+    load = FAMILIES[draw.family](draw.seed).series(draw.mode)
+    report = simulate(load, spec, draw.model, scale_mode=draw.mode)
     pol, rps, static = (report.results[k] for k in (POLICY, HPA_RPS, STATIC_PEAK))
     minutes = (pol.slo_violation_minutes, rps.slo_violation_minutes, static.slo_violation_minutes)
     share = pol.gpu_hours / static.gpu_hours, rps.gpu_hours / static.gpu_hours
     broken = broken_invariants(spec, pol)
-    return Outcome(draw, share[0], share[1], minutes, pol.target_learned_reason, broken, against_rps(pol, rps))
+    lost, by_phase = against_rps_line(load, spec, draw.model, report) if both_sides else (against_rps(pol, rps), {})
+    return Outcome(draw, share[0], share[1], minutes, pol.target_learned_reason, broken, lost, by_phase)
+
+
+def run_both_sides(draw: Draw) -> Outcome:
+    """`run_case` judged against RPS's line (a top-level function: the process pool pickles it)."""
+    return run_case(draw, both_sides=True)
 
 
 def broken_invariants(spec: RankingServiceSpec, pol: PoolResult) -> tuple[str, ...]:
@@ -150,15 +163,42 @@ def against_rps(pol: PoolResult, rps: PoolResult) -> str | None:
     return None
 
 
-def summary(outcomes: Sequence[Outcome]) -> list[str]:
+def against_rps_line(
+    load: LoadSeries, spec: RankingServiceSpec, model: ServiceModel, report: ReplayReport
+) -> tuple[str | None, dict[str, float]]:
+    """`worse` or `dearer` as the sweeps' verdicts judge a case (None: neither): against RPS's run at
+    the policy's GPU-hours, bisected where RPS's own run spends less (`rps_at_equal`), and against
+    its cheapest run with as few violation minutes, bisected where its own run has more. With it,
+    where the case lost, by phase of the load (`autoscaling_explain.load_phases`): worse, the
+    minutes over the SLO the policy has and RPS at its GPU-hours has not (RPS's run read minute by
+    minute as `autoscaling_explain.py` reads it); dearer, the replica-minutes above RPS at as few."""
+    pol, rps = report.results[POLICY], report.results[HPA_RPS]
+    phases = load_phases(report.load_per_minute, spec.autoscaling)
+    equal = rps_at_equal(load, spec, model, pol, rps)
+    if not no_more_minutes(pol, equal.minutes, equal.gpu_hours):
+        only, _ = minutes_only_in(pol, equal.run, spec.slo.p99_latency_ms)
+        return "worse", {p: float(sum(phases[m] == p for m in only)) for p in PHASES}
+    few = None
+    if rps.slo_violation_minutes > pol.slo_violation_minutes:
+        few = rps_at_as_few_violations(load, spec, model, pol.slo_violation_minutes)
+    if gpu_at_as_few(pol, rps, few)[2] != FAIL:
+        return None, {}
+    cheapest = rps if few is None or few.run is None else few.run[1]
+    return "dearer", replica_minutes_above(pol, cheapest, phases)
+
+
+OWN_RUN, LINE = "RPS's run", "RPS at equal GPU-h or as few minutes"
+
+
+def summary(outcomes: Sequence[Outcome], against: str = OWN_RUN) -> list[str]:
     """One line per class of how the loop ended: cases, GPU-hours of static, violation minutes, and
-    the cases worse and dearer than RPS's run."""
+    the cases worse and dearer than RPS (`against`: its own run, or its line)."""
     classes: dict[str, list[Outcome]] = defaultdict(list)
     for o in outcomes:
         classes[o.learned or "neither"].append(o)
     lines = [
         "class               cases  policy GPU-h/static (mean, max)  RPS mean   violation min: policy / RPS / static"
-        "   worse / dearer than RPS's run"
+        f"   worse / dearer than {against}"
     ]
     for name in ("HeldAtFloor", "HeldBelowDeclared", "neither"):
         group = classes.get(name, [])
@@ -175,29 +215,53 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
+def by_phase(outcomes: Sequence[Outcome]) -> list[str]:
+    """Where the cases judged against RPS's line lost, added up by phase of the load: the worse
+    cases' minutes over the SLO that RPS at the policy's GPU-hours has not, the dearer cases'
+    replica-minutes above RPS at as few violation minutes (`against_rps_line`)."""
+    lines = []
+    for verdict, what, fmt in (
+        ("worse", "minutes over the SLO that RPS at equal GPU-hours has not", "{:.0f}"),
+        ("dearer", "replica-minutes above RPS at as few violation minutes", "{:+.0f}"),
+    ):
+        cases = [o for o in outcomes if o.lost == verdict]
+        total = {p: sum(o.by_phase.get(p, 0.0) for o in cases) for p in PHASES}
+        split = ", ".join(f"{p} {fmt.format(total[p])}" for p in PHASES)
+        lines.append(f"{len(cases)} {verdict} cases, {what}, by phase: {split}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--draws", type=int, default=60, help="cases drawn (each an hour's replay, three pools)")
     ap.add_argument("--seed", type=int, default=1, help="the draw's random seed")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cases replayed at once (one per CPU)")
+    ap.add_argument(
+        "--both-sides",
+        action="store_true",
+        help="judge each case against RPS's target bisected to the policy's GPU-hours and minutes, as the sweeps do",
+    )
     args = ap.parse_args(argv)
     if args.draws < 1:
         ap.error(f"--draws: {args.draws}; draw at least one case")
     if args.jobs < 1:
         ap.error(f"--jobs: {args.jobs}; replay at least one case at a time")
+    against = LINE if args.both_sides else OWN_RUN
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        outcomes = list(pool.map(run_case, draws(args.draws, args.seed)))
+        outcomes = list(pool.map(run_both_sides if args.both_sides else run_case, draws(args.draws, args.seed)))
     for o in outcomes:
         mark = "BROKEN " if o.broken else ""
         lost = o.lost
         print(
             f"{mark}{o.draw.name}: policy {o.policy_share:.3f} of static GPU-h, RPS {o.rps_share:.3f}; "
             f"violation min {o.minutes[0]} / {o.minutes[1]} / {o.minutes[2]}; TargetLearned {o.learned or '-'}"
-            + ("" if lost is None else f"; {lost} than RPS's run")
+            + ("" if lost is None else f"; {lost} than {against}")
             + "".join(f"; {b}" for b in o.broken)
         )
     print()
-    print("\n".join(summary(outcomes)))
+    print("\n".join(summary(outcomes, against)))
+    if args.both_sides:
+        print("\n".join(by_phase(outcomes)))
     broken = sum(1 for o in outcomes if o.broken)
     print(f"{broken} of {len(outcomes)} cases break an invariant")
     return 1 if broken else 0

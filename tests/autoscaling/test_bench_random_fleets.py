@@ -12,7 +12,7 @@ import pytest
 from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.replay.report import HPA_RPS, POLICY
 
-from .conftest import bench_module, pool_result
+from .conftest import bench_module, pool_result, replay_report
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "autoscaling_random_fleets.py"
@@ -99,3 +99,81 @@ def test_a_case_is_judged_against_rpss_own_run(
     outcome = fleets.Outcome(fleets.draws(1, 1)[0], shares[0], shares[1], minutes, None, (), lost)
     line = fleets.summary([outcome])[1]
     assert line.endswith(f"{int(lost == 'worse')} / {int(lost == 'dearer')}")
+
+
+@pytest.mark.parametrize(
+    ("shares", "minutes", "equal", "few", "lost"),
+    [
+        # Spends more and misses less than RPS's own run: one-sided, neither; RPS at its GPU-hours has fewer.
+        ((0.85, 0.80), (1, 2), (0.5, 0.85), None, "worse"),
+        ((0.85, 0.80), (1, 2), (1.0, 0.85), (1, 0.82), None),  # as few minutes at 0.82: within 1.05 x
+        ((0.90, 0.80), (1, 2), (1.0, 0.90), (1, 0.80), "dearer"),  # as few minutes at 0.80: past 1.05 x
+        ((0.90, 0.80), (1, 2), (1.0, 0.90), None, None),  # RPS never reaches as few: nothing to compare
+        ((0.80, 0.80), (3, 2), (2.0, 0.80), None, "worse"),  # its own run, as one-sided
+    ],
+)
+def test_both_sides_judges_a_case_against_rpss_line(
+    monkeypatch: pytest.MonkeyPatch,
+    shares: tuple[float, float],
+    minutes: tuple[int, int],
+    equal: tuple[float, float],
+    few: tuple[int, float] | None,
+    lost: str | None,
+) -> None:
+    fleets = bench_module("autoscaling_random_fleets")
+    verdicts = bench_module("autoscaling_verdicts")
+    pol = pool_result(POLICY, shares[0] * 10, minutes[0])
+    rps = pool_result(HPA_RPS, shares[1] * 10, minutes[1])
+    # Twenty minutes of a flat load: the first ten are the pool's first minutes, the rest a level.
+    pol.p99_ms_per_minute = [60.0 if m in (3, 15) else 20.0 for m in range(20)]  # the SLO: 50 ms
+    pol.replicas_per_minute = [6.0] * 20
+    asked: list[str] = []
+
+    def at_equal(load: Any, spec: Any, model: Any, p: Any, r: Any) -> Any:
+        asked.append("equal")
+        run = pool_result(HPA_RPS, equal[1] * 10, round(equal[0]))
+        run.p99_ms_per_minute = [60.0 if m == 15 else 20.0 for m in range(20)]
+        return verdicts.RpsEqual(0.5, run, equal[0], equal[1] * 10)
+
+    def as_few(load: Any, spec: Any, model: Any, wanted: int) -> Any:
+        asked.append("few")
+        if few is None:
+            return verdicts.RpsAsFew(wanted, None)
+        run = pool_result(HPA_RPS, few[1] * 10, few[0])
+        run.replicas_per_minute = [5.0] * 20
+        return verdicts.RpsAsFew(wanted, (0.4, run))
+
+    monkeypatch.setattr(fleets, "rps_at_equal", at_equal)
+    monkeypatch.setattr(fleets, "rps_at_as_few_violations", as_few)
+    report = replay_report({POLICY: pol, HPA_RPS: rps}, minutes=20)
+    verdict, phases = fleets.against_rps_line(None, SPEC, None, report)
+    assert verdict == lost
+    # RPS is re-run to as few minutes only where its own run has more, and not for a case already worse.
+    assert asked == (["equal"] if lost == "worse" or minutes[1] <= minutes[0] else ["equal", "few"])
+    if lost == "worse":  # minute 3 is the policy's alone; minute 15 is RPS's too
+        assert phases["first minutes"] == 1 and sum(phases.values()) == 1
+    elif lost == "dearer":  # a replica above RPS in every minute
+        assert phases["first minutes"] == 10 and phases["level"] == 10
+    else:
+        assert phases == {}
+
+
+def test_the_phase_lines_add_up_each_verdicts_cases() -> None:
+    fleets = bench_module("autoscaling_random_fleets")
+    draw = fleets.draws(1, 1)[0]
+    outcomes = [
+        fleets.Outcome(draw, 0.8, 0.8, (3, 1, 0), None, (), "worse", {"first minutes": 2.0, "rising": 1.0}),
+        fleets.Outcome(draw, 0.8, 0.8, (2, 1, 0), None, (), "worse", {"first minutes": 1.0}),
+        fleets.Outcome(draw, 0.9, 0.8, (1, 1, 0), None, (), "dearer", {"level": 30.0, "rising": -4.0}),
+        fleets.Outcome(draw, 0.7, 0.8, (0, 1, 0), None, (), None, {}),
+    ]
+    worse, dearer = fleets.by_phase(outcomes)
+    assert worse.startswith("2 worse cases") and "first minutes 3, rising 1, before a rise 0" in worse
+    assert dearer.startswith("1 dearer cases") and "rising -4" in dearer and "level +30" in dearer
+
+
+def test_the_command_judges_both_sides_on_request() -> None:
+    run = [sys.executable, str(SCRIPT), "--draws", "2", "--jobs", "1", "--seed", "7", "--both-sides"]
+    done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "worse / dearer than RPS at equal GPU-h or as few minutes" in done.stdout
