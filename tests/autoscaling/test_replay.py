@@ -540,11 +540,13 @@ def test_a_service_with_its_autoscaler_off_is_told_what_enabling_it_would_do(tmp
 
 
 def test_a_fleet_whose_p99_needs_a_lower_target_is_told_the_one_the_loop_learned(tmp_path: Path, service: Path) -> None:
-    """A fleet whose p99 is a straight line from 15 ms idle to 60 ms at full load: the 40 ms SLO
-    falls below the declared 0.6, and the SLO loop spends the replay cutting its way down. The
-    report names the target it learned, to declare instead; on the default curve it says nothing."""
-    profile = tmp_path / "gentle.json"
-    profile.write_text(json.dumps({"latency_p99_ms": [[0.0, 15.0], [1.0, 60.0]]}))
+    """A fleet whose p99 is a straight line from 15 ms idle to 75 ms at full load: the 40 ms SLO
+    falls at 42 % of a pod's load, well below the declared 0.6, and the SLO loop spends the replay
+    cutting its way down. The report names the target it learned, to declare instead; on the
+    default curve it says nothing. (On a line to 60 ms the loop now stops near 0.55, where a cut
+    under the SLO stopped buying p99: `steps/slo_loop.py`.)"""
+    profile = tmp_path / "steep-line.json"
+    profile.write_text(json.dumps({"latency_p99_ms": [[0.0, 15.0], [1.0, 75.0]]}))
     report = run_replay(step_trace(tmp_path), service, profile=profile)
     path = [t for t in report.results[POLICY].effective_target_per_minute if t is not None]
     learned = report.learned_target()

@@ -15,7 +15,15 @@ from gem_operator.api.serving import RankingServiceSpec
 from gem_operator.autoscaling.observation import LatencyReading, MetricReading, Observation, PodSample, PodState
 from gem_operator.autoscaling.policy import Decision, desired_replicas
 from gem_operator.autoscaling.state import ScalerState
-from gem_operator.autoscaling.steps.slo_loop import MAX_ERROR, RAISE_REACH, band_error, loop_bounds, slo_loop
+from gem_operator.autoscaling.steps.slo_loop import (
+    MAX_ERROR,
+    MIN_CUT_ELASTICITY,
+    RAISE_REACH,
+    band_error,
+    cut_bought_little,
+    loop_bounds,
+    slo_loop,
+)
 from gem_operator.replay.engine import simulate
 from gem_operator.replay.report import POLICY
 from gem_operator.replay.service_model import ServiceModel
@@ -180,7 +188,7 @@ def test_bounded_and_unwinds_at_once_from_the_ceiling() -> None:
     assert max(targets) == pytest.approx(ceiling)
     _, after = run(s, [(0.72, 60.0)] * 10, d.state, T0 + 15 * 240)
     assert after[-1] < ceiling
-    d, low = run(s, [(0.6, 39.9)] * 400)
+    d, low = run(s, [(0.6, 45.0)] * 400)  # over the SLO, cuts that buy nothing still cut: down to the floor
     assert min(low) == pytest.approx(floor)
 
 
@@ -222,6 +230,41 @@ def test_property_bounded_no_wrong_way_no_scale_down_over_the_slo(
         state, current = d.state, d.desired_replicas
 
 
+def test_a_cut_that_bought_no_p99_is_not_repeated_under_the_slo() -> None:
+    """A flat latency curve: the first cut (0.6 -> 0.56) leaves the p99 at 36 ms, above the band and
+    under the SLO. Another cut would buy as little, so the loop holds; over the SLO it cuts on."""
+    flat = [(0.6, 36.0)] * 200
+    d, targets = run(spec(), flat)
+    cuts = sorted(set(targets), reverse=True)
+    assert len(cuts) == 2 and cuts[1] < 0.6  # one cut, then it holds for the 50 minutes
+    assert "took the p99 from 36.0 to 36.0 ms" in d.message
+    _, over = run(spec(), [(0.6, 44.0)] * 200)
+    assert len(set(over)) > 3  # over the SLO the loop is the safety net: it cuts whatever a cut bought
+
+
+def test_a_cut_that_bought_p99_is_followed_by_the_next() -> None:
+    """The last cut, 0.6 -> 0.5, took the p99 from 48 to 36 ms (elasticity 1.6): the loop cuts again."""
+    state = ScalerState(effective_target=0.5, slo_last_cut=(0.6, 48.0))
+    _, targets = run(spec(), [(0.5, 36.0)] * 12, state=state)
+    assert min(targets) < 0.5
+    bought = math.log(48.0 / 36.0) / math.log(0.6 / 0.5)
+    assert bought > MIN_CUT_ELASTICITY
+    assert cut_bought_little((0.6, 48.0), 0.5, 36.0, SLO) is None
+    assert cut_bought_little((0.6, 37.0), 0.5, 36.0, SLO) is not None  # 0.15 of the cut's size
+    assert cut_bought_little((0.6, 37.0), 0.5, 41.0, SLO) is None  # over the SLO: no hold
+    assert cut_bought_little((0.5, 48.0), 0.5, 36.0, SLO) is None  # the spec moved the target: nothing to read
+    assert cut_bought_little(None, 0.5, 36.0, SLO) is None
+
+
+def test_the_loop_remembers_its_last_cut_and_forgets_it_on_a_raise() -> None:
+    d, targets = run(spec(), [(0.6, 36.0)] * 12)
+    assert targets[-1] < 0.6 and d.state.slo_last_cut == pytest.approx((0.6, 36.0))
+    raised, up = run(spec(), [(0.6, 18.0)] * 12, d.state, T0 + 15 * 12)
+    assert up[-1] > targets[-1] and raised.state.slo_last_cut is None
+    assert ScalerState.from_dict(json.loads(json.dumps(d.state.to_dict()))) == d.state
+    assert ScalerState.from_dict({}).slo_last_cut is None  # states written before it parse the same
+
+
 def test_missing_latency_holds_and_is_never_low() -> None:
     d, _ = run(spec(), [(0.6, 39.0)] * 12)
     learned = d.effective_target
@@ -241,7 +284,9 @@ def test_the_state_survives_a_restart() -> None:
     assert desired_replicas(s, restored, o, now, slo_p99_ms=SLO) == desired_replicas(s, d.state, o, now, slo_p99_ms=SLO)
 
 
-@pytest.mark.parametrize("bad", [{"sloOutside": ["x", 1]}, {"sloError": "nan"}, {"sloQuietSince": [1]}])
+@pytest.mark.parametrize(
+    "bad", [{"sloOutside": ["x", 1]}, {"sloError": "nan"}, {"sloQuietSince": [1]}, {"sloLastCut": [0.6]}]
+)
 def test_malformed_loop_state_is_forgotten(bad: dict[str, Any]) -> None:
     assert ScalerState.from_dict(bad) == ScalerState()
 

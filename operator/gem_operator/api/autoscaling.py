@@ -308,7 +308,14 @@ class SloFeedback(ApiModel):
         ),
     )
     band_high: float = Field(
-        default=0.8, gt=0, le=1, description="band: the p99 above this fraction of the SLO lowers the target."
+        default=0.8,
+        gt=0,
+        le=1,
+        description=(
+            "band: the p99 above this fraction of the SLO lowers the target; under the SLO only while the"
+            " last cut lowered the p99 by at least half its own size (log/log), so a flat latency curve"
+            " is not cut to the floor."
+        ),
     )
     proportional_gain: float = Field(
         default=0.3,

@@ -66,6 +66,8 @@ class ScalerState:
         than the earlier peak of these while demand is at or below it.
     target_low_run: (since, highest) of the syncs in a row whose SM target was at or below
         `learned.LEARNED_BELOW` x targetSmActive (the TargetLearned condition; None: not in one).
+    slo_last_cut: (target before it, the p99 it was sized by) of the band loop's last move, if that
+        was a cut above the band: a cut under the SLO waits for the last one to have bought p99.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -96,6 +98,7 @@ class ScalerState:
     demand_steps: tuple[tuple[float, float, float], ...] = ()
     arrival_peaks: tuple[tuple[float, float], ...] = ()
     target_low_run: tuple[float, float] | None = None
+    slo_last_cut: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -135,6 +138,8 @@ class ScalerState:
             out["arrivalPeaks"] = [[t, u] for t, u in self.arrival_peaks]
         if self.target_low_run is not None:
             out["targetLowRun"] = list(self.target_low_run)
+        if self.slo_last_cut is not None:
+            out["sloLastCut"] = list(self.slo_last_cut)
         return out
 
     @classmethod
@@ -181,6 +186,7 @@ class ScalerState:
                 demand_steps=tuple((_finite(t), _finite(b), _finite(a)) for t, b, a in data.get("demandSteps", [])),
                 arrival_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("arrivalPeaks", [])),
                 target_low_run=None if (r := data.get("targetLowRun")) is None else (_finite(r[0]), _finite(r[1])),
+                slo_last_cut=None if (c := data.get("sloLastCut")) is None else (_finite(c[0]), _finite(c[1])),
             )
         except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: int(inf)
             return cls()
