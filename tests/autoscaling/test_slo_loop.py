@@ -254,6 +254,7 @@ def test_a_cut_that_bought_p99_is_followed_by_the_next() -> None:
     assert cut_bought_little((0.6, 37.0), 0.5, 41.0, SLO) is None  # over the SLO: no hold
     assert cut_bought_little((0.5, 48.0), 0.5, 36.0, SLO) is None  # the spec moved the target: nothing to read
     assert cut_bought_little(None, 0.5, 36.0, SLO) is None
+    assert cut_bought_little((0.6, 0.0), 0.5, 36.0, SLO) is None  # no logarithm to take: no hold, no error
 
 
 def test_the_loop_remembers_its_last_cut_and_forgets_it_on_a_raise() -> None:
@@ -285,7 +286,15 @@ def test_the_state_survives_a_restart() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [{"sloOutside": ["x", 1]}, {"sloError": "nan"}, {"sloQuietSince": [1]}, {"sloLastCut": [0.6]}]
+    "bad",
+    [
+        {"sloOutside": ["x", 1]},
+        {"sloError": "nan"},
+        {"sloQuietSince": [1]},
+        {"sloLastCut": [0.6]},
+        {"sloLastCut": [0.6, 0]},  # a p99 of 0 has no logarithm: kept, the next cut would raise
+        {"sloLastCut": [-0.6, 36.0]},
+    ],
 )
 def test_malformed_loop_state_is_forgotten(bad: dict[str, Any]) -> None:
     assert ScalerState.from_dict(bad) == ScalerState()

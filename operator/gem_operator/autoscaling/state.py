@@ -186,7 +186,7 @@ class ScalerState:
                 demand_steps=tuple((_finite(t), _finite(b), _finite(a)) for t, b, a in data.get("demandSteps", [])),
                 arrival_peaks=tuple((_finite(t), _finite(u)) for t, u in data.get("arrivalPeaks", [])),
                 target_low_run=None if (r := data.get("targetLowRun")) is None else (_finite(r[0]), _finite(r[1])),
-                slo_last_cut=None if (c := data.get("sloLastCut")) is None else (_finite(c[0]), _finite(c[1])),
+                slo_last_cut=None if (c := data.get("sloLastCut")) is None else (_positive(c[0]), _positive(c[1])),
             )
         except (TypeError, ValueError, IndexError, KeyError, OverflowError):  # OverflowError: int(inf)
             return cls()
@@ -236,4 +236,12 @@ def _finite(value: Any) -> float:
     out = float(value)
     if not math.isfinite(out):
         raise ValueError(f"not a finite number: {value!r}")
+    return out
+
+
+def _positive(value: Any) -> float:
+    """A target or a p99: the loop takes their logarithm."""
+    out = _finite(value)
+    if out <= 0:
+        raise ValueError(f"not a positive number: {value!r}")
     return out

@@ -234,7 +234,7 @@ def cut_bought_little(last_cut: tuple[float, float] | None, current: float, p99:
     if last_cut is None or p99 > slo_ms:
         return None
     before, was = last_cut
-    if before <= current * (1 + 1e-3):  # the spec's bounds moved the target since: nothing to read
+    if before <= current * (1 + 1e-3) or was <= 0:  # the spec's bounds moved the target since, or no p99 was read
         return None
     bought = math.log(was / p99) / math.log(before / current)
     if bought >= MIN_CUT_ELASTICITY:
