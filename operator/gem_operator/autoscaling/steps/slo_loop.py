@@ -21,7 +21,8 @@ The p99 judges the target only when it could have seen it, so the loop does not 
   A pool that grows for half an hour always has a pod starting; cutting there where the serving
   pods run at or below the target bought minutes with GPU-hours that RPS spends better
   (docs/benchmarks.md, "What the down window keeps of a lead"), and so did cutting only on a p99
-  over the SLO itself ("The losses by phase");
+  over the SLO itself ("The losses by phase") and sizing the sync alone one step lower ("A margin
+  while pods start");
 - while the pool is overloaded (queued work or saturated SM): the queue signal sizes an overload,
   and a flash crowd says nothing about the headroom a steady load needs;
 - for `decreaseIntervalSeconds` (the p99 query's window) after either, and after its own last move.
