@@ -20,7 +20,7 @@ had to see coming); under the down window's peak, when a pool holds or gives bac
 load needed; and a level. The last lines add the phases up over every case: the phase that holds
 most of the lost minutes or the extra replica-minutes is where a rule has to act to move the counts
 (docs/benchmarks.md reads the runs it kept this way). It reports and judges nothing; a case it
-cannot replay stops it, naming the case.
+cannot replay stops it, naming the case. `bench/autoscaling_minutes.py` prints one case's minutes.
 """
 
 from __future__ import annotations

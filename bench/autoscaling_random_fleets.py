@@ -120,10 +120,15 @@ def draws(count: int, seed: int) -> list[Draw]:
     return out
 
 
-def run_case(draw: Draw, both_sides: bool = False) -> Outcome:
+def draw_inputs(draw: Draw) -> tuple[RankingServiceSpec, LoadSeries]:
+    """The service a draw replays (the bench's, with its target and SLO) and its load."""
     service = with_field(SERVICE, "autoscaling.targetSmActive", draw.target)
     spec = RankingServiceSpec.model_validate(with_field(service, "slo.p99LatencyMs", draw.slo_ms))
-    load = FAMILIES[draw.family](draw.seed).series(draw.mode)
+    return spec, FAMILIES[draw.family](draw.seed).series(draw.mode)
+
+
+def run_case(draw: Draw, both_sides: bool = False) -> Outcome:
+    spec, load = draw_inputs(draw)
     report = simulate(load, spec, draw.model, scale_mode=draw.mode)
     pol, rps, static = (report.results[k] for k in (POLICY, HPA_RPS, STATIC_PEAK))
     minutes = (pol.slo_violation_minutes, rps.slo_violation_minutes, static.slo_violation_minutes)
