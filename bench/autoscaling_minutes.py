@@ -30,7 +30,9 @@ from gem_operator.replay.report import ReplayReport
 from gem_operator.replay.service_model import ServiceModel
 from gem_operator.replay.traces import LoadSeries
 
-RANDOM_DRAWS = 200  # the random bench's default run of --draws, whose names the docs cite
+# The draws docs/benchmarks.md cites (--draws 200). Each draw follows the one before it from one
+# generator, so a run with fewer draws (the bench's default is 60) holds the first of these.
+RANDOM_DRAWS = 200
 
 
 def _ms(value: float | None) -> str:
